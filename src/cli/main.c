@@ -1,0 +1,50 @@
+/* `strata`: one binary, many subcommands. This file only dispatches. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define STRATA_VERSION "0.1.0"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command g_commands[] = {
+    {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "strata %s - an LLM inference server for GGUF models\n\n"
+               "usage: strata COMMAND [ARGS...]\n\ncommands:\n", STRATA_VERSION);
+    for (size_t i = 0; i < sizeof(g_commands) / sizeof(g_commands[0]); i++) {
+        fprintf(f, "  %-10s %s\n", g_commands[i].name, g_commands[i].summary);
+    }
+    fprintf(f, "\nrun 'strata COMMAND --help' for a command's options\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("strata %s\n", STRATA_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(g_commands) / sizeof(g_commands[0]); i++) {
+        if (strcmp(name, g_commands[i].name) == 0) return g_commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "strata: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return 2;
+}
