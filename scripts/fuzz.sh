@@ -10,7 +10,7 @@ data=${STRATA_TEST_DATA:-$here/../shared/data}
 
 seeds_for() {
     case "$1" in
-        fuzz_gguf) echo "$data/models $data/tokenizer $data/tokenizer/legacy" ;;
+        fuzz_gguf) echo "$here/tests/fuzz/corpus $data/models $data/tokenizer $data/tokenizer/legacy" ;;
         *) echo "" ;;
     esac
 }

@@ -368,7 +368,7 @@ static int cmp_tensor_offset(const void *a, const void *b)
     const gguf_tensor *x = *(const gguf_tensor *const *)a;
     const gguf_tensor *y = *(const gguf_tensor *const *)b;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-    return 0;
+    return (x->n_bytes > y->n_bytes) - (x->n_bytes < y->n_bytes); /* empty ones first */
 }
 
 /* Parses n tensor records into out[0..n), then places them in the data
@@ -527,7 +527,8 @@ int gguf_parse_shard(gguf *g, gguf_shard *s, uint32_t shard_no, const char *name
         g->tensors = grown;
         memset(&grown[g->n_tensors], 0, (size_t)n_tensors * sizeof(*grown));
     }
-    rc = parse_tensors(&c, s, shard_no, n_tensors, g->tensors + g->n_tensors);
+    rc = parse_tensors(&c, s, shard_no, n_tensors,
+                       n_tensors > 0 ? g->tensors + g->n_tensors : NULL); /* NULL + 0 is UB */
     if (rc != 0) return rc;
     s->n_tensors = n_tensors;
     s->first_tensor = g->n_tensors;

@@ -81,7 +81,7 @@ static int copy_value(gguf_writer *w, gguf_value *dst, const gguf_value *v, int 
     if (v->type == GGUF_VTYPE_STRING) {
         char *p = strata_arena_alloc(&w->arena, (size_t)v->v.str.len);
         if (p == NULL) return STRATA_ENOMEM;
-        memcpy(p, v->v.str.ptr, (size_t)v->v.str.len);
+        if (v->v.str.len > 0) memcpy(p, v->v.str.ptr, (size_t)v->v.str.len); /* ptr may be NULL */
         dst->v.str.ptr = p;
         return 0;
     }
@@ -96,7 +96,8 @@ static int copy_value(gguf_writer *w, gguf_value *dst, const gguf_value *v, int 
         for (uint64_t i = 0; i < n; i++) {
             char *p = strata_arena_alloc(&w->arena, (size_t)v->v.arr.strs[i].len);
             if (p == NULL) return STRATA_ENOMEM;
-            memcpy(p, v->v.arr.strs[i].ptr, (size_t)v->v.arr.strs[i].len);
+            if (v->v.arr.strs[i].len > 0)
+                memcpy(p, v->v.arr.strs[i].ptr, (size_t)v->v.arr.strs[i].len);
             strs[i] = (gguf_str){p, v->v.arr.strs[i].len};
         }
         dst->v.arr.strs = strs;
@@ -129,6 +130,14 @@ int gguf_writer_add(gguf_writer *w, const char *key, const gguf_value *v, strata
     if (find_kv(w, key) >= 0) {
         return strata_err_set(err, STRATA_EINVAL, "metadata key '%s' added twice", key);
     }
+    /* The alignment key decides where tensors go, so it must be one the
+     * reader accepts, and the writer places tensors by it. */
+    bool is_alignment = strcmp(key, "general.alignment") == 0;
+    if (is_alignment && (v->type != GGUF_VTYPE_UINT32 || v->v.u64 == 0 ||
+                         (v->v.u64 & (v->v.u64 - 1)) != 0)) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "general.alignment must be a uint32 power of two");
+    }
     if (w->n_kv == w->cap_kv) {
         size_t cap = w->cap_kv ? w->cap_kv * 2 : 32;
         writer_kv *kvs = realloc(w->kvs, cap * sizeof(*kvs));
@@ -146,6 +155,7 @@ int gguf_writer_add(gguf_writer *w, const char *key, const gguf_value *v, strata
                               "or arrays nested deeper than %d)", key, GGUF_MAX_ARRAY_DEPTH);
     }
     w->n_kv++;
+    if (is_alignment) w->alignment = (uint32_t)v->v.u64;
     return 0;
 }
 
