@@ -41,7 +41,7 @@ asan: deps
 
 # Each libFuzzer target for FUZZ_SECONDS.
 fuzz: deps
-	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTRATA_FUZZ=ON -DSTRATA_WERROR=ON >/dev/null
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTRATA_FUZZ=ON -DSTRATA_TESTS=OFF -DSTRATA_WERROR=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
