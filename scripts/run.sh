@@ -1,20 +1,15 @@
 #!/usr/bin/env bash
 # The main job behind `make run`: describe MODEL with `strata info`.
-# Without MODEL it uses the small real model of the reference data
-# ($STRATA_TEST_DATA or ../shared/data), when that is there.
+# Without MODEL it makes a small random-weight model once
+# (BUILD/models/tiny-Q4_K.gguf, with `strata mkmodel`) and uses that.
 set -euo pipefail
 bin=$1
 model=${2:-}
 if [ -z "$model" ]; then
-    for d in "${STRATA_TEST_DATA:-}" "$(dirname "$0")/../../shared/data"; do
-        if [ -n "$d" ] && [ -f "$d/models/stories260K.gguf" ]; then
-            model="$d/models/stories260K.gguf"
-            break
-        fi
-    done
-fi
-if [ -z "$model" ]; then
-    echo "make run: no model given and no reference data found; use: make run MODEL=path/to/model.gguf" >&2
-    exit 2
+    model="$(dirname "$bin")/models/tiny-Q4_K.gguf"
+    if [ ! -f "$model" ]; then
+        mkdir -p "$(dirname "$model")"
+        "$bin" mkmodel --preset tiny --type Q4_K --quiet -o "$model"
+    fi
 fi
 exec "$bin" info "$model"

@@ -3,6 +3,10 @@
 #ifndef STRATA_CLI_H
 #define STRATA_CLI_H
 
+/* The CPUs this process may run on (sched_getaffinity), at least 1. */
+int cli_default_threads(void);
+
 int cmd_info(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
 
 #endif

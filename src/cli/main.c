@@ -1,6 +1,8 @@
 /* `strata`: one binary, many subcommands. This file only dispatches. */
+#define _GNU_SOURCE
 #include "cli.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +16,18 @@ typedef struct command {
 
 static const command g_commands[] = {
     {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
 };
+
+int cli_default_threads(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    return 1;
+}
 
 static void usage(FILE *f)
 {

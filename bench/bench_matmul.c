@@ -1,0 +1,316 @@
+/* bench_matmul: throughput of tensor_matmul per weight type.
+ *
+ * For a Llama-1B FFN-sized matrix (8192 rows x 2048 columns by default):
+ *  - matrix x vector (decode, one token): microseconds per call and GB/s of
+ *    weights read, with 1 and 2 threads (or --threads), next to the read
+ *    bandwidth of this machine measured in the same run (a read loop over a
+ *    buffer much larger than the caches, same thread counts);
+ *  - prefill: GFLOP/s (2 * rows * cols * tokens per call) for 512 tokens.
+ * Every figure is the median of several calls. Matrix x vector calls
+ * rotate over enough copies of the weights to exceed the last-level cache,
+ * so they read from memory as a model's decode step does.
+ *
+ *   bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]
+ *                [--threads 1,2] [--reps N] [--no-prefill]
+ *
+ * STRATA_CPU=scalar|avx2|avx512 caps the SIMD level (base/cpu.h). */
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/threadpool.h"
+#include "gguf/types.h"
+#include "tensor/fp16.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static const uint32_t k_types[] = {
+    STRATA_TYPE_F32,  STRATA_TYPE_F16,  STRATA_TYPE_BF16, STRATA_TYPE_Q4_0,   STRATA_TYPE_Q4_1,
+    STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q2_K,   STRATA_TYPE_Q3_K,
+    STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS,
+};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+#define LLC_DEFEAT_BYTES ((size_t)384 << 20) /* > any last-level cache we expect */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --- read bandwidth --- */
+
+typedef struct bw_ctx {
+    int variant;
+    const uint8_t *buf;
+    size_t n_bytes;
+    uint64_t sink[64];
+} bw_ctx;
+
+#if defined(__x86_64__)
+/* Two read loops; the bandwidth reported is the better of the two, the
+ * most this machine showed it can stream. Lanes: OR of everything read, so
+ * no load can be dropped. */
+
+/* (1) one sequential stream with a software prefetch 2 KB ahead, as the
+ * decode kernels read */
+__attribute__((target("avx2"))) static uint64_t read_avx2_pf(const uint8_t *p, size_t n)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)p + i + 2048, _MM_HINT_T0);
+        a0 = _mm256_or_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_or_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+    }
+    __m256i a = _mm256_or_si256(a0, a1);
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+/* (2) four streams (the quarters of the range) side by side, left to the
+ * hardware prefetcher */
+__attribute__((target("avx2"))) static uint64_t read_avx2_4s(const uint8_t *p, size_t n)
+{
+    size_t q = n / 4 / 64 * 64;
+    __m256i a[4];
+    for (int k = 0; k < 4; k++) a[k] = _mm256_setzero_si256();
+    for (size_t i = 0; i + 64 <= q; i += 64)
+        for (int k = 0; k < 4; k++)
+            a[k] = _mm256_or_si256(a[k], _mm256_or_si256(
+                _mm256_load_si256((const __m256i *)(p + (size_t)k * q + i)),
+                _mm256_load_si256((const __m256i *)(p + (size_t)k * q + i + 32))));
+    __m256i v = _mm256_or_si256(_mm256_or_si256(a[0], a[1]), _mm256_or_si256(a[2], a[3]));
+    return (uint64_t)_mm256_extract_epi64(v, 0) ^ (uint64_t)_mm256_extract_epi64(v, 3);
+}
+#endif
+
+static uint64_t read_plain(const uint8_t *p, size_t n)
+{
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        uint64_t u, v;
+        memcpy(&u, p + i, 8);
+        memcpy(&v, p + i + 8, 8);
+        a |= u;
+        b |= v;
+    }
+    return a ^ b;
+}
+
+static void bw_worker(void *arg, int i_thread, int n_threads)
+{
+    bw_ctx *c = arg;
+    int64_t n_lines = (int64_t)(c->n_bytes / 128), l0, l1;
+    strata_split_range(n_lines, i_thread, n_threads, &l0, &l1);
+    const uint8_t *p = c->buf + (size_t)l0 * 128;
+    size_t n = (size_t)(l1 - l0) * 128;
+#if defined(__x86_64__)
+    if (strata_cpu_level() >= STRATA_SIMD_AVX2) {
+        c->sink[i_thread % 64] += c->variant ? read_avx2_4s(p, n) : read_avx2_pf(p, n);
+        return;
+    }
+#endif
+    c->sink[i_thread % 64] += read_plain(p, n);
+}
+
+/* GB/s of a read over a buffer of `n_bytes`: the better of the two loops,
+ * each the median of reps. */
+static double measure_bandwidth(strata_pool *pool, const uint8_t *buf, size_t n_bytes, int reps)
+{
+    double best = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        bw_ctx c = {.variant = variant, .buf = buf, .n_bytes = n_bytes};
+        double t[64];
+        strata_pool_run(pool, bw_worker, &c); /* warm up */
+        for (int r = 0; r < reps; r++) {
+            int64_t t0 = strata_clock_ns();
+            strata_pool_run(pool, bw_worker, &c);
+            t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
+        }
+        if (c.sink[0] == 42) fputc(' ', stderr); /* keep the reads */
+        double gbs = (double)n_bytes / median(t, reps) * 1e-9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+/* --- weights --- */
+
+/* A (n_rows, n_cols) matrix of `type`: 64 distinct quantized rows of
+ * Gaussian values, repeated (speed does not depend on the values). */
+static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n_cols)
+{
+    size_t rb = strata_type_row_bytes(type, n_cols);
+    float *f = malloc((size_t)n_cols * sizeof(float));
+    if (!f) abort();
+    uint64_t s = 12345;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (r < 64) {
+            for (int64_t c = 0; c < n_cols; c++) {
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                f[c] = ((float)(s >> 40) / 16777216.0f - 0.5f) * 0.1f;
+            }
+            tensor_quantize_row(type, f, (char *)w + (size_t)r * rb, n_cols);
+        } else {
+            memcpy((char *)w + (size_t)r * rb, (char *)w + (size_t)(r % 64) * rb, rb);
+        }
+    }
+    free(f);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]\n"
+                    "                    [--threads 1,2] [--reps N] [--no-prefill]\n");
+}
+
+int main(int argc, char **argv)
+{
+    int64_t n_rows = 8192, n_cols = 2048, n_tok = 512;
+    int threads[8] = {1, 2}, n_threads_list = 2, reps = 15, prefill = 1;
+    bool want[STRATA_TYPE_COUNT];
+    for (size_t i = 0; i < STRATA_TYPE_COUNT; i++) want[i] = false;
+    for (size_t i = 0; i < N_TYPES; i++) want[k_types[i]] = true;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--types") && v) {
+            for (size_t t = 0; t < STRATA_TYPE_COUNT; t++) want[t] = false;
+            char *list = strdup(v), *save = NULL;
+            for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int t = strata_type_from_name(tok);
+                if (t < 0 || !tensor_matmul_supported((uint32_t)t)) {
+                    fprintf(stderr, "unknown or unsupported type %s\n", tok);
+                    return 2;
+                }
+                want[t] = true;
+            }
+            free(list);
+            i++;
+        } else if (!strcmp(a, "--rows") && v) n_rows = atoll(argv[++i]);
+        else if (!strcmp(a, "--cols") && v) n_cols = atoll(argv[++i]);
+        else if (!strcmp(a, "--tokens") && v) n_tok = atoll(argv[++i]);
+        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && v) {
+            n_threads_list = 0;
+            char *list = strdup(v), *save = NULL;
+            for (char *tok = strtok_r(list, ",", &save); tok && n_threads_list < 8; tok = strtok_r(NULL, ",", &save))
+                threads[n_threads_list++] = atoi(tok);
+            free(list);
+            i++;
+        } else if (!strcmp(a, "--no-prefill")) prefill = 0;
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 64 || n_rows < 1 || n_cols < 1 || n_tok < 1 || n_threads_list < 1) {
+        usage();
+        return 2;
+    }
+
+    char cpu_desc[256];
+    strata_cpu_describe(cpu_desc, sizeof cpu_desc);
+    printf("# reproduce:");
+    if (getenv("STRATA_CPU")) printf(" STRATA_CPU=%s", getenv("STRATA_CPU"));
+    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+    printf("\n# cpu: %s\n", cpu_desc);
+    printf("# matrix %lld x %lld; prefill %lld tokens; median of %d calls\n", (long long)n_rows,
+           (long long)n_cols, (long long)n_tok, reps);
+
+    strata_pool *pools[8];
+    for (int p = 0; p < n_threads_list; p++) {
+        pools[p] = strata_pool_new(threads[p]);
+        if (!pools[p]) {
+            fprintf(stderr, "cannot make a pool of %d threads\n", threads[p]);
+            return 1;
+        }
+    }
+
+    /* memory read bandwidth, per thread count */
+    size_t bw_bytes = (size_t)1 << 30;
+    uint8_t *bw_buf = aligned_alloc(64, bw_bytes);
+    if (!bw_buf) return 1;
+    memset(bw_buf, 1, bw_bytes);
+    double bw[8];
+    for (int p = 0; p < n_threads_list; p++) {
+        bw[p] = measure_bandwidth(pools[p], bw_buf, bw_bytes, 5);
+        printf("# read bandwidth, %d thread(s): %.2f GB/s\n", threads[p], bw[p]);
+    }
+    free(bw_buf);
+
+    printf("\n%-7s %-9s", "type", "MB");
+    for (int p = 0; p < n_threads_list; p++)
+        printf(" | %2dT us/call  GB/s  %%bw", threads[p]);
+    if (prefill) printf(" | prefill GFLOP/s (%dT)", threads[n_threads_list - 1]);
+    printf("\n");
+
+    float *x = malloc((size_t)(n_tok * n_cols) * sizeof(float));
+    float *y = malloc((size_t)(n_tok * n_rows) * sizeof(float));
+    if (!x || !y) return 1;
+    for (int64_t i = 0; i < n_tok * n_cols; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = k_types[ti];
+        if (!want[type]) continue;
+        size_t rb = strata_type_row_bytes(type, n_cols);
+        if (rb == 0) continue;
+        size_t w_bytes = rb * (size_t)n_rows;
+        int n_copies = (int)((LLC_DEFEAT_BYTES + w_bytes - 1) / w_bytes);
+        if (n_copies < 2) n_copies = 2;
+        char *w = aligned_alloc(64, (w_bytes * (size_t)n_copies + 63) / 64 * 64);
+        if (!w) return 1;
+        fill_weights(type, w, n_rows, n_cols);
+        for (int c = 1; c < n_copies; c++) memcpy(w + (size_t)c * w_bytes, w, w_bytes);
+        size_t sb = tensor_matmul_scratch_bytes(type, n_cols, n_tok);
+        void *scratch = sb ? malloc(sb) : NULL;
+
+        printf("%-7s %-9.1f", strata_type_name(type), (double)w_bytes / 1e6);
+        fflush(stdout);
+        for (int p = 0; p < n_threads_list; p++) {
+            double t[64];
+            int copy = 0;
+            for (int r = -2; r < reps; r++) { /* two warm-up calls */
+                int64_t t0 = strata_clock_ns();
+                tensor_matmul(pools[p], type, w + (size_t)copy * w_bytes, n_rows, n_cols, x, 1, y, scratch);
+                if (r >= 0) t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
+                copy = (copy + 1) % n_copies;
+            }
+            double s = median(t, reps);
+            double gbs = (double)w_bytes / s * 1e-9;
+            printf(" | %11.1f %6.2f %4.0f%%", s * 1e6, gbs, 100.0 * gbs / bw[p]);
+            fflush(stdout);
+        }
+        if (prefill) {
+            int preps = reps < 5 ? reps : 5;
+            double t[64];
+            strata_pool *pool = pools[n_threads_list - 1];
+            tensor_matmul(pool, type, w, n_rows, n_cols, x, n_tok, y, scratch);
+            for (int r = 0; r < preps; r++) {
+                int64_t t0 = strata_clock_ns();
+                tensor_matmul(pool, type, w, n_rows, n_cols, x, n_tok, y, scratch);
+                t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
+            }
+            double s = median(t, preps);
+            printf(" | %8.1f", 2.0 * (double)n_rows * (double)n_cols * (double)n_tok / s * 1e-9);
+        }
+        printf("\n");
+        free(scratch);
+        free(w);
+    }
+    for (int p = 0; p < n_threads_list; p++) strata_pool_free(pools[p]);
+    free(x);
+    free(y);
+    return 0;
+}

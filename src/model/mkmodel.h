@@ -1,0 +1,52 @@
+/* Random-weight models of known shapes, written as ordinary GGUF files:
+ * for tests (the `tiny` preset), and for benchmarks at real sizes
+ * (`llama-1b`, `qwen-0.5b`) without downloading weights.
+ *
+ * Weights are seeded: the same preset, type and seed give the same bytes,
+ * whatever the thread count: each row of each tensor draws from its own
+ * stream (seed, tensor index, row). */
+#ifndef STRATA_MODEL_MKMODEL_H
+#define STRATA_MODEL_MKMODEL_H
+
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct model_preset {
+    const char *name;
+    const char *arch;    /* llama, qwen2 */
+    const char *about;   /* one line for --help */
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int64_t n_vocab;     /* with the built-in vocabulary; --vocab-from overrides */
+    int64_t n_ctx_train;
+    double rope_freq_base;
+    double rms_eps;
+    bool qkv_bias;       /* q/k/v projections carry biases (qwen2) */
+    bool tied_output;    /* no output.weight: logits use token_embd */
+} model_preset;
+
+/* The preset called name, or NULL. */
+const model_preset *model_preset_find(const char *name);
+
+/* All presets, *n of them. */
+const model_preset *model_preset_list(size_t *n);
+
+typedef struct model_make_opts {
+    const model_preset *preset;
+    uint32_t type;          /* type of the 2-D weight matrices (enum strata_type) */
+    const char *vocab_from; /* copy tokenizer.* from this GGUF; NULL: built-in bytes */
+    uint64_t seed;
+    const char *out_path;
+    bool quiet;             /* no progress lines on stderr */
+    int n_threads;          /* threads that draw and quantize (<= 0: one) */
+} model_make_opts;
+
+/* Writes the model. Matrices whose rows are not a whole number of the
+ * type's blocks fall back to a type whose blocks fit (as other quantizers
+ * do), and that is logged. Errors: STRATA_EINVAL for an unusable type,
+ * STRATA_EIO for write failures, and the reader's errors for vocab_from. */
+int model_make(const model_make_opts *o, strata_err *err);
+
+#endif

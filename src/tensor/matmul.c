@@ -1,0 +1,260 @@
+/* tensor_matmul: the traits table (weight type -> activation type and
+ * kernel sets per SIMD level) and the driver that quantizes the
+ * activations and spreads the (row, token) pairs over the thread pool.
+ *
+ * Work split. Phase 1 quantizes x, token rows split evenly across threads.
+ * Phase 2 splits the weight rows across threads in units of whole tiles
+ * (strata_split_range: the same split on every call); each thread walks its
+ * rows for all tokens. For n_tok > 1 the tokens are taken in chunks whose
+ * quantized activations stay in L2, and inside a chunk tile_r x tile_t
+ * tiles reuse each loaded weight block across tile_t tokens; pairs left at
+ * the edges go to tile_rows (rows_r x 1) and vec_dot (1 x 1). For n_tok == 1
+ * (decode) only tile_rows and vec_dot run.
+ *
+ * None of these choices changes a result: the kernel sets guarantee that a
+ * pair gets the same bits from every shape (matmul_kernels.h). */
+#include "tensor/matmul.h"
+
+#include "base/err.h"
+#include "gguf/types.h"
+#include "tensor/matmul_kernels.h"
+#include "tensor/quant.h"
+
+#include <pthread.h>
+
+/* --- traits --- */
+
+typedef struct mm_traits {
+    bool supported;
+    uint32_t vec_dot_type;                   /* the activations' type */
+    const tensor_mm_kernels *k[3];           /* per enum strata_simd_level; NULL: none */
+} mm_traits;
+
+#if defined(__x86_64__)
+#define X86(p) (p)
+#else
+#define X86(p) NULL
+#endif
+
+/* Types whose kernels exist at every level but AVX-512, and those with all
+ * three. */
+#define KSET2(t) {[STRATA_SIMD_SCALAR] = &tensor_mmk_##t##_scalar, \
+                  [STRATA_SIMD_AVX2] = X86(&tensor_mmk_##t##_avx2)}
+#define KSET3(t) {[STRATA_SIMD_SCALAR] = &tensor_mmk_##t##_scalar, \
+                  [STRATA_SIMD_AVX2] = X86(&tensor_mmk_##t##_avx2),  \
+                  [STRATA_SIMD_AVX512] = X86(&tensor_mmk_##t##_avx512)}
+
+static const mm_traits g_traits[STRATA_TYPE_COUNT] = {
+    [STRATA_TYPE_F32] = {.supported = true, .vec_dot_type = STRATA_TYPE_F32, .k = KSET2(f32)},
+    [STRATA_TYPE_F16] = {.supported = true, .vec_dot_type = STRATA_TYPE_F32, .k = KSET2(f16)},
+    [STRATA_TYPE_BF16] = {.supported = true, .vec_dot_type = STRATA_TYPE_F32, .k = KSET2(bf16)},
+    [STRATA_TYPE_Q4_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET3(q4_0)},
+    [STRATA_TYPE_Q4_1] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_1, .k = KSET2(q4_1)},
+    [STRATA_TYPE_Q5_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET2(q5_0)},
+    [STRATA_TYPE_Q5_1] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_1, .k = KSET2(q5_1)},
+    [STRATA_TYPE_Q8_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET3(q8_0)},
+    [STRATA_TYPE_Q2_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(q2_k)},
+    [STRATA_TYPE_Q3_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(q3_k)},
+    [STRATA_TYPE_Q4_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(q4_k)},
+    [STRATA_TYPE_Q5_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(q5_k)},
+    [STRATA_TYPE_Q6_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(q6_k)},
+    [STRATA_TYPE_IQ4_NL] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET2(iq4_nl)},
+    [STRATA_TYPE_IQ4_XS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq4_xs)},
+};
+
+const tensor_mm_kernels *tensor_mm_kernels_exact(uint32_t type, enum strata_simd_level level)
+{
+    if (type >= STRATA_TYPE_COUNT || !g_traits[type].supported) return NULL;
+    if ((int)level < STRATA_SIMD_SCALAR || level > STRATA_SIMD_AVX512) return NULL;
+    return g_traits[type].k[level];
+}
+
+const tensor_mm_kernels *tensor_mm_kernels_at(uint32_t type, enum strata_simd_level level)
+{
+    if (type >= STRATA_TYPE_COUNT || !g_traits[type].supported) return NULL;
+    if (level > STRATA_SIMD_AVX512) level = STRATA_SIMD_AVX512;
+    for (int l = (int)level; l >= STRATA_SIMD_SCALAR; l--)
+        if (g_traits[type].k[l] != NULL) return g_traits[type].k[l];
+    return NULL;
+}
+
+/* The process's kernels, resolved once from strata_cpu_level(). */
+static const tensor_mm_kernels *g_resolved[STRATA_TYPE_COUNT];
+static enum strata_simd_level g_level;
+static pthread_once_t g_resolve_once = PTHREAD_ONCE_INIT;
+
+static void resolve_kernels(void)
+{
+    g_level = strata_cpu_level();
+    for (uint32_t t = 0; t < STRATA_TYPE_COUNT; t++)
+        g_resolved[t] = tensor_mm_kernels_at(t, g_level);
+}
+
+bool tensor_matmul_supported(uint32_t type)
+{
+    return type < STRATA_TYPE_COUNT && g_traits[type].supported;
+}
+
+int tensor_matmul_vec_dot_type(uint32_t type)
+{
+    return tensor_matmul_supported(type) ? (int)g_traits[type].vec_dot_type : -1;
+}
+
+static bool is_float_type(uint32_t type)
+{
+    return type == STRATA_TYPE_F32 || type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
+}
+
+size_t tensor_matmul_scratch_bytes(uint32_t type, int64_t n_cols, int64_t n_tok)
+{
+    if (!tensor_matmul_supported(type) || is_float_type(type) || n_cols <= 0 || n_tok <= 0)
+        return 0;
+    size_t row_bytes = strata_type_row_bytes(g_traits[type].vec_dot_type, n_cols);
+    if (row_bytes == 0 || strata_type_row_bytes(type, n_cols) == 0) return 0;
+    if ((uint64_t)n_tok > SIZE_MAX / row_bytes) return 0;
+    return row_bytes * (size_t)n_tok;
+}
+
+/* --- the driver --- */
+
+typedef struct mm_ctx {
+    const tensor_mm_kernels *k;
+    const char *w;           /* (n_rows, n_cols) weights */
+    size_t w_row_bytes;
+    int64_t n_rows, n_cols, n_tok;
+    const float *x;          /* (n_tok, n_cols) float activations */
+    tensor_quant_fn quant;   /* NULL: the kernels read x itself */
+    char *xq;                /* (n_tok, xq_row_bytes) what the kernels read */
+    size_t xq_row_bytes;
+    float *y;                /* (n_tok, n_rows) */
+    int64_t row_unit;        /* rows per unit of the thread split */
+    int64_t tok_chunk;       /* tokens per L2-sized chunk (a multiple of tile_t) */
+} mm_ctx;
+
+static void mm_quantize(void *arg, int i_thread, int n_threads)
+{
+    const mm_ctx *c = arg;
+    int64_t t0, t1;
+    strata_split_range(c->n_tok, i_thread, n_threads, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        c->quant(c->x + t * c->n_cols, c->xq + (size_t)t * c->xq_row_bytes, c->n_cols);
+}
+
+/* Rows [r0, r1) with token t: rows_r at a time, then one at a time. */
+static void mm_rows_one_token(const mm_ctx *c, int64_t r0, int64_t r1, int64_t t)
+{
+    const tensor_mm_kernels *k = c->k;
+    const char *xt = c->xq + (size_t)t * c->xq_row_bytes;
+    float *yt = c->y + t * c->n_rows;
+    int64_t r = r0;
+    if (k->tile_rows != NULL)
+        for (; r + k->rows_r <= r1; r += k->rows_r)
+            k->tile_rows(c->n_cols, c->w + (size_t)r * c->w_row_bytes, c->w_row_bytes, xt,
+                         c->xq_row_bytes, yt + r, (size_t)c->n_rows);
+    for (; r < r1; r++)
+        yt[r] = k->vec_dot(c->n_cols, c->w + (size_t)r * c->w_row_bytes, xt);
+}
+
+static void mm_products(void *arg, int i_thread, int n_threads)
+{
+    const mm_ctx *c = arg;
+    const tensor_mm_kernels *k = c->k;
+    int64_t n_units = (c->n_rows + c->row_unit - 1) / c->row_unit;
+    int64_t u0, u1;
+    strata_split_range(n_units, i_thread, n_threads, &u0, &u1);
+    int64_t r0 = u0 * c->row_unit;
+    int64_t r1 = u1 * c->row_unit < c->n_rows ? u1 * c->row_unit : c->n_rows;
+    if (r0 >= r1) return;
+
+    if (c->n_tok == 1 || k->tile == NULL) {
+        for (int64_t t = 0; t < c->n_tok; t++)
+            mm_rows_one_token(c, r0, r1, t);
+        return;
+    }
+    const int64_t R = k->tile_r, T = k->tile_t;
+    for (int64_t tc0 = 0; tc0 < c->n_tok; tc0 += c->tok_chunk) {
+        int64_t tc1 = tc0 + c->tok_chunk < c->n_tok ? tc0 + c->tok_chunk : c->n_tok;
+        int64_t r = r0;
+        for (; r + R <= r1; r += R) {
+            const char *wr = c->w + (size_t)r * c->w_row_bytes;
+            int64_t t = tc0;
+            for (; t + T <= tc1; t += T)
+                k->tile(c->n_cols, wr, c->w_row_bytes, c->xq + (size_t)t * c->xq_row_bytes,
+                        c->xq_row_bytes, c->y + t * c->n_rows + r, (size_t)c->n_rows);
+            for (; t < tc1; t++)
+                mm_rows_one_token(c, r, r + R, t);
+        }
+        for (int64_t t = tc0; t < tc1 && r < r1; t++)
+            mm_rows_one_token(c, r, r1, t);
+    }
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Quantized activations of one token chunk should stay in L2 while every
+ * row tile of the thread passes over them. */
+#define MM_CHUNK_BYTES (256 * 1024)
+
+static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, const void *w,
+                  int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok, float *y,
+                  void *scratch)
+{
+    if (!tensor_matmul_supported(type)) return STRATA_EUNSUPPORTED;
+    if (k == NULL) return STRATA_EUNSUPPORTED;
+    if (n_rows < 0 || n_cols <= 0 || n_tok < 0) return STRATA_EINVAL;
+    size_t w_row_bytes = strata_type_row_bytes(type, n_cols);
+    if (w_row_bytes == 0) return STRATA_EINVAL; /* not a whole number of blocks */
+    if (n_rows == 0 || n_tok == 0) return 0;
+    if (w == NULL || x == NULL || y == NULL) return STRATA_EINVAL;
+    if ((uint64_t)n_rows > SIZE_MAX / w_row_bytes) return STRATA_EINVAL;
+
+    mm_ctx c = {
+        .k = k, .w = w, .w_row_bytes = w_row_bytes,
+        .n_rows = n_rows, .n_cols = n_cols, .n_tok = n_tok, .x = x, .y = y,
+    };
+    if (is_float_type(type)) {
+        c.xq = (char *)(uintptr_t)x; /* read only */
+        c.xq_row_bytes = (size_t)n_cols * sizeof(float);
+    } else {
+        if (scratch == NULL) return STRATA_EINVAL;
+        c.quant = tensor_get_quant(g_traits[type].vec_dot_type);
+        if (c.quant == NULL) return STRATA_EUNSUPPORTED;
+        c.xq = scratch;
+        c.xq_row_bytes = strata_type_row_bytes(g_traits[type].vec_dot_type, n_cols);
+        if (c.xq_row_bytes == 0) return STRATA_EINVAL;
+    }
+    c.row_unit = (int64_t)k->rows_r * k->tile_r / gcd64(k->rows_r, k->tile_r);
+    int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);
+    chunk -= chunk % k->tile_t;
+    c.tok_chunk = chunk > k->tile_t ? chunk : k->tile_t;
+
+    if (c.quant != NULL) strata_pool_run(pool, mm_quantize, &c);
+    strata_pool_run(pool, mm_products, &c);
+    return 0;
+}
+
+int tensor_matmul(strata_pool *pool, uint32_t type, const void *w, int64_t n_rows,
+                  int64_t n_cols, const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    pthread_once(&g_resolve_once, resolve_kernels);
+    const tensor_mm_kernels *k = type < STRATA_TYPE_COUNT ? g_resolved[type] : NULL;
+    return mm_run(pool, k, type, w, n_rows, n_cols, x, n_tok, y, scratch);
+}
+
+int tensor_matmul_at_level(struct strata_pool *pool, enum strata_simd_level level, uint32_t type,
+                           const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                           int64_t n_tok, float *y, void *scratch)
+{
+    /* never run instructions this CPU lacks, whatever the caller asks */
+    if ((int)level > (int)strata_cpu_level_max(strata_cpu_get())) return STRATA_EUNSUPPORTED;
+    return mm_run(pool, tensor_mm_kernels_at(type, level), type, w, n_rows, n_cols, x, n_tok, y,
+                  scratch);
+}

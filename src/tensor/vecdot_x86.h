@@ -1,0 +1,96 @@
+/* Helpers shared by the x86 dot-product kernels (vecdot_avx2*.c,
+ * vecdot_avx512.c): the AVX2 target attribute, the one horizontal sum every
+ * kernel ends with, and bit/nibble unpacking. Internal to src/tensor/.
+ *
+ * Everything here is always_inline and compiled for avx2+fma+f16c, so it
+ * inlines into functions compiled for that target or for a superset
+ * (the AVX-512 ones); nothing here runs unless strata_cpu_level() allowed
+ * it. */
+#ifndef STRATA_TENSOR_VECDOT_X86_H
+#define STRATA_TENSOR_VECDOT_X86_H
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TENSOR_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define TENSOR_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Most rows and tokens a tile template takes (sizes its accumulator
+ * arrays; the instantiations use constant shapes within these). */
+#define TENSOR_TILE_MAX_R 4
+#define TENSOR_TILE_MAX_T 4
+
+/* The horizontal sum of the 8 lanes, in one fixed order: (lo128 + hi128),
+ * then lanes {0,1} + {2,3}, then lane 0 + lane 1. Every kernel of a set
+ * ends each pair with this, so tiles and 1x1 agree bit for bit. */
+TENSOR_AVX2_INLINE float tensor_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* f16 bits -> float, exact (F16C). */
+TENSOR_AVX2_INLINE float tensor_h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 bytes 0..15 in element order of the legacy
+ * layout: lanes 0..15 hold the low nibbles (elements 0..15), lanes 16..31
+ * the high nibbles (elements 16..31). */
+TENSOR_AVX2_INLINE __m256i tensor_nibbles32(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* The 32 bits of a little-endian word as 32 bytes: byte i is 0xff where
+ * bit i is set, else 0. Each byte first receives the source byte that
+ * holds its bit (byte i <- byte i/8), then all bits but its own are forced
+ * to 1, so the byte is all-ones exactly when its bit was set. */
+TENSOR_AVX2_INLINE __m256i tensor_bits32_to_bytes(const uint8_t *p)
+{
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                             0x0101010101010101, 0x0000000000000000);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    const __m256i others = _mm256_set1_epi64x((long long)0x7fbfdfeff7fbfdfeULL);
+    v = _mm256_or_si256(v, others);
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+/* Sum of 4 adjacent u8 x s8 products per int32 lane: lane k holds
+ * sum_{j<4} u[4k+j] * s[4k+j]. The intermediate int16 pair sums must not
+ * saturate: callers keep |u| * |s| * 2 <= 32767 (documented per kernel). */
+TENSOR_AVX2_INLINE __m256i tensor_dot4_u8s8(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Decode (NT == 1) streams rows of a few hundred bytes to a few KB: too
+ * short for the hardware prefetcher to ramp up on each. A decode tile
+ * therefore asks for the same block of the rows one tile further on
+ * (ahead = NR * ws bytes: the thread's rows are contiguous) while it
+ * works on this one. Prefetching past the end of the matrix is harmless
+ * (a prefetch never faults). */
+TENSOR_AVX2_INLINE void tensor_prefetch(const void *p, size_t ahead)
+{
+    _mm_prefetch((const char *)p + ahead, _MM_HINT_T0);
+}
+
+/* Byte-shuffle control that fills every int16 lane with int16 lane s of
+ * the source 128-bit lane (bytes 2s, 2s+1). */
+TENSOR_AVX2_INLINE __m256i tensor_sel16(int s)
+{
+    return _mm256_set1_epi16((short)(0x0100 + 0x0202 * s));
+}
+
+#endif /* __x86_64__ */
+#endif
