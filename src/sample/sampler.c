@@ -1,0 +1,293 @@
+/* The per-sequence sampler chain (see sampler.h).
+ *
+ * Candidates are (token, logit) pairs in a buffer sized to the vocabulary.
+ * Each truncating stage (top-k, typical, top-p, min-p) leaves the kept
+ * candidates at the front, sorted by descending logit where the stage
+ * needs order. Sorting a whole vocabulary per token would cost
+ * milliseconds, so the stages that need order take it incrementally from a
+ * max-heap: top-k pops k, top-p pops until the mass is reached. */
+#include "sample/sampler.h"
+
+#include "base/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    int32_t id;
+    float logit;
+} cand;
+
+struct sampler {
+    sample_params p;
+    int32_t n_vocab;
+    sample_bias *bias;
+    strata_rng rng;
+
+    int32_t *history; /* ring of the last penalty_last_n tokens */
+    int32_t n_history, i_history;
+    int32_t *counts;  /* occurrences in the window, per token (scratch, kept zero) */
+
+    cand *cand;       /* n_vocab: by token id, then a heap */
+    cand *sorted;     /* n_vocab: candidates taken from the heap, best first */
+};
+
+sample_params sample_params_default(void)
+{
+    return (sample_params){
+        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
+        .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0,
+    };
+}
+
+int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_err *err)
+{
+    *out = NULL;
+    if (n_vocab <= 0) return strata_err_set(err, STRATA_EINVAL, "vocabulary of %d tokens", n_vocab);
+    for (size_t i = 0; i < p->n_bias; i++) {
+        if (p->bias[i].token < 0 || p->bias[i].token >= n_vocab) {
+            return strata_err_set(err, STRATA_EINVAL,
+                                  "logit_bias names token %d, outside the vocabulary (0..%d)",
+                                  p->bias[i].token, n_vocab - 1);
+        }
+    }
+    sampler *s = calloc(1, sizeof(*s));
+    if (s == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    if (s->p.penalty_last_n < 0) s->p.penalty_last_n = 0;
+    s->bias = p->n_bias ? malloc(p->n_bias * sizeof(*s->bias)) : NULL;
+    s->history = s->p.penalty_last_n ? malloc((size_t)s->p.penalty_last_n * sizeof(int32_t)) : NULL;
+    s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->cand = malloc((size_t)n_vocab * sizeof(cand));
+    s->sorted = malloc((size_t)n_vocab * sizeof(cand));
+    if ((p->n_bias && s->bias == NULL) || (s->p.penalty_last_n && s->history == NULL) ||
+        s->counts == NULL || s->cand == NULL || s->sorted == NULL) {
+        sampler_free(s);
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    if (p->n_bias) memcpy(s->bias, p->bias, p->n_bias * sizeof(*s->bias));
+    s->p.bias = s->bias;
+    strata_rng_seed(&s->rng, p->seed);
+    *out = s;
+    return 0;
+}
+
+void sampler_free(sampler *s)
+{
+    if (s == NULL) return;
+    free(s->bias);
+    free(s->history);
+    free(s->counts);
+    free(s->cand);
+    free(s->sorted);
+    free(s);
+}
+
+void sampler_accept(sampler *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab || s->p.penalty_last_n == 0) return;
+    s->history[s->i_history] = token;
+    s->i_history = (s->i_history + 1) % s->p.penalty_last_n;
+    if (s->n_history < s->p.penalty_last_n) s->n_history++;
+}
+
+/* --- stages --- */
+
+static void apply_penalties(sampler *s)
+{
+    const sample_params *p = &s->p;
+    bool any = p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+               p->frequency_penalty != 0.0f;
+    if (!any || s->n_history == 0) return;
+    for (int32_t i = 0; i < s->n_history; i++) s->counts[s->history[i]]++;
+    for (int32_t i = 0; i < s->n_history; i++) {
+        int32_t t = s->history[i];
+        int32_t c = s->counts[t];
+        if (c == 0) continue; /* already applied for this token */
+        float *l = &s->cand[t].logit; /* candidates are still indexed by id here */
+        if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)c * p->frequency_penalty + p->presence_penalty;
+        s->counts[t] = 0;
+    }
+}
+
+/* Max-heap on logit (ties: lower id first). */
+static bool cand_before(const cand *a, const cand *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void heap_down(cand *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, best = i;
+        if (l < n && cand_before(&h[l], &h[best])) best = l;
+        if (l + 1 < n && cand_before(&h[l + 1], &h[best])) best = l + 1;
+        if (best == i) return;
+        cand t = h[i];
+        h[i] = h[best];
+        h[best] = t;
+        i = best;
+    }
+}
+
+/* Candidates come out of the heap in order, into s->sorted, only as far as
+ * a stage needs them. */
+typedef struct order {
+    cand *heap;
+    size_t n_heap;
+    cand *out;
+    size_t n_out;
+} order;
+
+static void order_take(order *o, size_t want)
+{
+    while (o->n_out < want && o->n_heap > 0) {
+        o->out[o->n_out++] = o->heap[0];
+        o->heap[0] = o->heap[--o->n_heap];
+        heap_down(o->heap, o->n_heap, 0);
+    }
+}
+
+/* Sum of exp(logit - max) over the best `limit` candidates. When they are
+ * fewer than all that remain, they are taken out of the heap first; when
+ * they are all of them, the heap is summed as it stands, unsorted. */
+static double mass(order *o, size_t limit, float max)
+{
+    if (limit < o->n_out + o->n_heap) order_take(o, limit);
+    double z = 0;
+    for (size_t i = 0; i < o->n_out && i < limit; i++) z += exp((double)o->out[i].logit - max);
+    if (limit > o->n_out) {
+        for (size_t i = 0; i < o->n_heap; i++) z += exp((double)o->heap[i].logit - max);
+    }
+    return z;
+}
+
+static int cmp_typical(const void *a, const void *b)
+{
+    /* By the score apply_typical stores in .logit, ascending; ties by the
+     * stored index so the order is total. */
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return (x->logit > y->logit) - (x->logit < y->logit);
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int cmp_logit_desc(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    return cand_before(x, y) ? -1 : cand_before(y, x) ? 1 : 0;
+}
+
+/* Locally typical sampling: keep the tokens whose surprisal is closest to
+ * the entropy, until their mass reaches typical_p. Needs every candidate in
+ * play taken out of the heap; leaves them sorted by logit. Returns the new
+ * count. */
+static size_t apply_typical(order *o, size_t limit, float typical_p, cand *scratch)
+{
+    order_take(o, limit);
+    size_t n = o->n_out < limit ? o->n_out : limit;
+    float max = o->out[0].logit;
+    double z = mass(o, n, max);
+    double entropy = 0;
+    for (size_t i = 0; i < n; i++) {
+        double p = exp((double)o->out[i].logit - max) / z;
+        if (p > 0) entropy -= p * log(p);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double p = exp((double)o->out[i].logit - max) / z;
+        double surprisal = p > 0 ? -log(p) : INFINITY;
+        scratch[i].id = (int32_t)i; /* index into o->out */
+        scratch[i].logit = (float)fabs(surprisal - entropy);
+    }
+    qsort(scratch, n, sizeof(cand), cmp_typical);
+    /* Keep by typicality until the mass is reached (at least one). */
+    double cum = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < n; i++) {
+        scratch[i] = o->out[scratch[i].id];
+        cum += exp((double)scratch[i].logit - max) / z;
+        keep = i + 1;
+        if (cum >= typical_p) break;
+    }
+    memcpy(o->out, scratch, keep * sizeof(cand));
+    qsort(o->out, keep, sizeof(cand), cmp_logit_desc);
+    o->n_out = keep;
+    o->n_heap = 0; /* the rest are dropped */
+    return keep;
+}
+
+static int32_t argmax(const cand *c, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) {
+        if (c[i].logit > c[best].logit) best = i; /* strict: ties keep the lower id */
+    }
+    return c[best].id;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits)
+{
+    const sample_params *p = &s->p;
+    int32_t n = s->n_vocab;
+    for (int32_t i = 0; i < n; i++) s->cand[i] = (cand){i, logits[i]};
+    for (size_t i = 0; i < p->n_bias; i++) s->cand[p->bias[i].token].logit += p->bias[i].bias;
+    apply_penalties(s);
+    if (p->temperature <= 0.0f) return argmax(s->cand, n);
+
+    /* Heap over every candidate that is not banned (-inf). */
+    size_t n_heap = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->cand[i].logit > -INFINITY) s->cand[n_heap++] = s->cand[i];
+    }
+    if (n_heap == 0) return argmax(s->cand, n); /* everything banned: still answer */
+    for (size_t i = n_heap / 2; i-- > 0;) heap_down(s->cand, n_heap, i);
+    order o = {.heap = s->cand, .n_heap = n_heap, .out = s->sorted, .n_out = 0};
+
+    size_t limit = n_heap;
+    if (p->top_k > 0 && (size_t)p->top_k < limit) limit = (size_t)p->top_k;
+    order_take(&o, 1);
+    float max = o.out[0].logit;
+
+    if (p->typical_p < 1.0f && limit > 1) {
+        /* scratch: the heap's storage is free once everything is taken */
+        order_take(&o, limit);
+        limit = apply_typical(&o, limit, p->typical_p, s->cand);
+    }
+    if (p->top_p < 1.0f && limit > 1) {
+        double z = mass(&o, limit, max), cum = 0;
+        size_t keep = 0;
+        while (keep < limit) {
+            order_take(&o, keep + 1);
+            if (o.n_out <= keep) break;
+            cum += exp((double)o.out[keep].logit - max) / z;
+            keep++;
+            if (cum >= p->top_p) break;
+        }
+        limit = keep;
+    }
+    if (p->min_p > 0.0f && limit > 1) {
+        /* p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p) */
+        double floor_logit = (double)max + log((double)p->min_p);
+        size_t keep = 1;
+        while (keep < limit) {
+            order_take(&o, keep + 1);
+            if (o.n_out <= keep || (double)o.out[keep].logit < floor_logit) break;
+            keep++;
+        }
+        limit = keep;
+    }
+    order_take(&o, limit);
+    if (limit > o.n_out) limit = o.n_out;
+
+    /* Temperature, then one draw from this sequence's stream. */
+    double z = 0;
+    for (size_t i = 0; i < limit; i++) z += exp(((double)o.out[i].logit - max) / p->temperature);
+    double u = strata_rng_uniform(&s->rng) * z, cum = 0;
+    for (size_t i = 0; i < limit; i++) {
+        cum += exp(((double)o.out[i].logit - max) / p->temperature);
+        if (u < cum) return o.out[i].id;
+    }
+    return o.out[limit - 1].id; /* u landed on the rounding edge */
+}

@@ -1,0 +1,62 @@
+/* Turning one position's logits into the next token, per sequence.
+ *
+ * The chain, in order: logit bias → repetition / presence / frequency
+ * penalties over the last N tokens → top-k → typical → top-p → min-p →
+ * temperature → a draw from the sequence's own RNG. With temperature <= 0
+ * the draw is replaced by the argmax (after bias and penalties; ties go to
+ * the lowest id), so greedy decoding needs no RNG at all.
+ *
+ * Isolation: a sampler belongs to one sequence. Its RNG is seeded from the
+ * request's seed and advanced only by that sequence's draws, so a seeded
+ * request gives the same tokens whatever else runs. Nothing is shared
+ * between samplers, and sampling allocates nothing: every buffer is sized
+ * at sampler_new from the vocabulary size. */
+#ifndef STRATA_SAMPLE_SAMPLER_H
+#define STRATA_SAMPLE_SAMPLER_H
+
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sample_bias {
+    int32_t token;
+    float bias; /* added to the logit; -INFINITY bans the token */
+} sample_bias;
+
+typedef struct sample_params {
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float typical_p;         /* >= 1: off */
+    float repeat_penalty;    /* 1: off; > 1 discourages repeats (divides positive logits) */
+    float presence_penalty;  /* 0: off; subtracted once from every token seen */
+    float frequency_penalty; /* 0: off; subtracted once per occurrence */
+    int32_t penalty_last_n;  /* tokens of history the penalties look at; 0: off */
+    uint64_t seed;
+    const sample_bias *bias; /* copied at sampler_new */
+    size_t n_bias;
+} sample_params;
+
+/* The defaults of `strata run` (the same as llama.cpp's command line):
+ * temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties, last 64. */
+sample_params sample_params_default(void);
+
+typedef struct sampler sampler;
+
+/* A sampler for one sequence over a vocabulary of n_vocab tokens. Bias
+ * entries whose token is outside the vocabulary are STRATA_EINVAL. */
+int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_err *err);
+void sampler_free(sampler *s);
+
+/* Records a token in the penalty history (prompt tokens may be recorded
+ * too; the caller decides). Tokens outside the vocabulary are ignored. */
+void sampler_accept(sampler *s, int32_t token);
+
+/* Picks the next token from logits[n_vocab] (not modified). Does not
+ * record it: call sampler_accept with the result. */
+int32_t sampler_sample(sampler *s, const float *logits);
+
+#endif

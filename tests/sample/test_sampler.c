@@ -1,0 +1,247 @@
+/* The sampler chain: greedy, bias, penalties, each truncation stage, the
+ * temperature, the seeded draw, and that samplers never share state. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "sample/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sampler *make(const sample_params *p, int32_t n_vocab)
+{
+    sampler *s = NULL;
+    strata_err err;
+    if (sampler_new(&s, p, n_vocab, &err) != 0) fail_msg("%s", err.msg);
+    return s;
+}
+
+static sample_params plain(float temperature)
+{
+    sample_params p = {.temperature = temperature, .top_p = 1.0f, .typical_p = 1.0f,
+                       .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 42};
+    return p;
+}
+
+/* Draws n tokens and counts them per id. */
+static void histogram(sampler *s, const float *logits, int n, int *counts)
+{
+    for (int i = 0; i < n; i++) {
+        int32_t t = sampler_sample(s, logits);
+        counts[t]++;
+    }
+}
+
+static void test_greedy_bias_and_ties(void **state)
+{
+    (void)state;
+    float logits[6] = {0.1f, 2.0f, 3.0f, 3.0f, -1.0f, 0.0f};
+    sample_params p = plain(0.0f);
+    sampler *s = make(&p, 6);
+    assert_int_equal(sampler_sample(s, logits), 2); /* tie between 2 and 3: lower id */
+    sampler_free(s);
+
+    sample_bias bias[2] = {{2, -INFINITY}, {4, 4.5f}};
+    p.bias = bias;
+    p.n_bias = 2;
+    s = make(&p, 6);
+    assert_int_equal(sampler_sample(s, logits), 4); /* -1 + 4.5 beats 3.0; 2 is banned */
+    assert_true(logits[4] == -1.0f); /* the caller's logits are not modified */
+    sampler_free(s);
+
+    sample_bias bad = {6, 1.0f};
+    p.bias = &bad;
+    p.n_bias = 1;
+    sampler *none = NULL;
+    strata_err err;
+    assert_int_equal(sampler_new(&none, &p, 6, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "token 6"));
+    assert_null(none);
+}
+
+static void test_penalties(void **state)
+{
+    (void)state;
+    float logits[4] = {2.0f, 1.9f, -0.5f, 0.0f};
+    sample_params p = plain(0.0f);
+    p.repeat_penalty = 1.1f; /* 2.0 / 1.1 = 1.818 < 1.9 */
+    sampler *s = make(&p, 4);
+    assert_int_equal(sampler_sample(s, logits), 0);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, logits), 1);
+    sampler_free(s);
+
+    /* frequency: 2.0 - 2 * 0.06 = 1.88 < 1.9 after two occurrences, not one */
+    p = plain(0.0f);
+    p.frequency_penalty = 0.06f;
+    s = make(&p, 4);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, logits), 0);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, logits), 1);
+    sampler_free(s);
+
+    /* presence: once is enough, and the window forgets */
+    p = plain(0.0f);
+    p.presence_penalty = 0.2f;
+    p.penalty_last_n = 2;
+    s = make(&p, 4);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, logits), 1);
+    sampler_accept(s, 3);
+    sampler_accept(s, 3); /* token 0 has left the window of 2 */
+    assert_int_equal(sampler_sample(s, logits), 0);
+    sampler_free(s);
+
+    /* a negative logit is multiplied by the repeat penalty (pushed down) */
+    float neg[3] = {-1.0f, -1.05f, -3.0f};
+    p = plain(0.0f);
+    p.repeat_penalty = 1.1f;
+    s = make(&p, 3);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, neg), 1);
+    sampler_free(s);
+}
+
+static void test_distribution_matches_softmax(void **state)
+{
+    (void)state;
+    float logits[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    sample_params p = plain(1.0f);
+    sampler *s = make(&p, 3);
+    int counts[3] = {0};
+    histogram(s, logits, 20000, counts);
+    assert_true(fabs(counts[0] / 20000.0 - 0.5) < 0.02);
+    assert_true(fabs(counts[1] / 20000.0 - 0.3) < 0.02);
+    assert_true(fabs(counts[2] / 20000.0 - 0.2) < 0.02);
+    sampler_free(s);
+
+    /* temperature 0.5 squares the odds: 25 : 9 : 4 */
+    p.temperature = 0.5f;
+    s = make(&p, 3);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 20000, counts);
+    assert_true(fabs(counts[0] / 20000.0 - 25.0 / 38) < 0.02);
+    assert_true(fabs(counts[2] / 20000.0 - 4.0 / 38) < 0.02);
+    sampler_free(s);
+}
+
+static void test_truncation_stages(void **state)
+{
+    (void)state;
+    float logits[5] = {logf(0.4f), logf(0.25f), logf(0.2f), logf(0.1f), logf(0.05f)};
+    int counts[5];
+
+    sample_params p = plain(1.0f);
+    p.top_k = 2;
+    sampler *s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 4000, counts);
+    assert_int_equal(counts[2] + counts[3] + counts[4], 0);
+    assert_true(counts[0] > 0 && counts[1] > 0);
+    sampler_free(s);
+
+    p = plain(1.0f);
+    p.top_p = 0.6f; /* 0.4 + 0.25 reaches it: {0, 1} */
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 4000, counts);
+    assert_int_equal(counts[2] + counts[3] + counts[4], 0);
+    assert_true(counts[1] > 0);
+    sampler_free(s);
+
+    p = plain(1.0f);
+    p.min_p = 0.3f; /* p >= 0.12: {0, 1, 2} */
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 4000, counts);
+    assert_int_equal(counts[3] + counts[4], 0);
+    assert_true(counts[2] > 0);
+    sampler_free(s);
+
+    /* Typical: entropy of this distribution is 1.43 nats; surprisals are
+     * 0.92, 1.39, 1.61, 2.30, 3.00: the most typical is token 1, then 2.
+     * typical_p 0.4 keeps 1 and 2 (0.45) and drops the most likely token. */
+    p = plain(1.0f);
+    p.typical_p = 0.4f;
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 4000, counts);
+    assert_int_equal(counts[0] + counts[3] + counts[4], 0);
+    assert_true(counts[1] > 0 && counts[2] > 0);
+    sampler_free(s);
+
+    /* top-k 1 is greedy at any temperature */
+    p = plain(5.0f);
+    p.top_k = 1;
+    s = make(&p, 5);
+    for (int i = 0; i < 100; i++) assert_int_equal(sampler_sample(s, logits), 0);
+    sampler_free(s);
+}
+
+static void test_seeded_streams_are_private(void **state)
+{
+    (void)state;
+    enum { V = 1000, N = 200 };
+    float *logits = malloc(V * sizeof(float));
+    for (int i = 0; i < V; i++) logits[i] = (float)sin(i * 0.37) * 2.0f;
+    sample_params p = sample_params_default();
+    p.seed = 7;
+    int32_t alone[N], mixed_a[N], mixed_b[N];
+    sampler *a = make(&p, V);
+    for (int i = 0; i < N; i++) {
+        alone[i] = sampler_sample(a, logits);
+        sampler_accept(a, alone[i]);
+    }
+    sampler_free(a);
+
+    /* The same seed beside another sampler, interleaved draw by draw. */
+    a = make(&p, V);
+    sample_params q = p;
+    q.seed = 8;
+    sampler *b = make(&q, V);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        mixed_b[i] = sampler_sample(b, logits);
+        sampler_accept(b, mixed_b[i]);
+        mixed_a[i] = sampler_sample(a, logits);
+        sampler_accept(a, mixed_a[i]);
+        differ += mixed_a[i] != mixed_b[i];
+    }
+    assert_memory_equal(alone, mixed_a, sizeof(alone));
+    assert_true(differ > 0); /* another seed gives another stream */
+    sampler_free(a);
+    sampler_free(b);
+    free(logits);
+}
+
+static void test_everything_banned_still_answers(void **state)
+{
+    (void)state;
+    float logits[3] = {1, 2, 3};
+    sample_bias bias[3] = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY}};
+    sample_params p = sample_params_default();
+    p.bias = bias;
+    p.n_bias = 3;
+    sampler *s = make(&p, 3);
+    int32_t t = sampler_sample(s, logits);
+    assert_true(t >= 0 && t < 3);
+    sampler_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_bias_and_ties),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_distribution_matches_softmax),
+        cmocka_unit_test(test_truncation_stages),
+        cmocka_unit_test(test_seeded_streams_are_private),
+        cmocka_unit_test(test_everything_banned_still_answers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
