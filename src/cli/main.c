@@ -17,6 +17,7 @@ typedef struct command {
 static const command g_commands[] = {
     {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
+    {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
 };
 
 int cli_default_threads(void)

@@ -1,0 +1,492 @@
+/* The forward pass of the llama family (llama, qwen2, qwen3) over a batch
+ * of tokens from many sequences (see forward.h).
+ *
+ * Per chunk of at most n_batch tokens, with x the residual stream:
+ *   x = token_embd[token]
+ *   per layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q = h Wq^T (+ bq),  k = h Wk^T (+ bk),  v = h Wv^T (+ bv)
+ *     qwen3: q, k = rmsnorm per head * q_norm, k_norm
+ *     q, k = rope(q, k, pos);  cache[seq][pos] = (k, v) as F16
+ *     x += attention(q, cache of seq, positions <= pos) Wo^T
+ *     h = rmsnorm(x) * ffn_norm
+ *     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+ *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for
+ *
+ * Matrix products go to tensor_matmul with all the chunk's tokens at once;
+ * everything else is row-wise, split over tokens across the pool (each row
+ * computed the same way whatever the split). */
+#include "forward.h"
+
+#include "base/log.h"
+#include "gguf/types.h"
+#include "model/attention.h"
+#include "tensor/fp16.h"
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+#include "tensor/quant.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct model_ctx {
+    const model *m;
+    strata_pool *pool;      /* NULL for one thread */
+    int n_threads;
+    kv_cache *kv;
+    int64_t n_batch;
+
+    /* Activations of one chunk; every buffer has n_batch rows. */
+    float *x;               /* (n_batch, n_embd) residual stream */
+    float *xn;              /* (n_batch, n_embd) normed input of the current sub-block */
+    float *q;               /* (n_batch, n_head*head_dim) */
+    float *k;               /* (n_batch, n_head_kv*head_dim) */
+    float *v;               /* (n_batch, n_head_kv*head_dim_v) */
+    float *attn;            /* (n_batch, n_head*head_dim_v) */
+    float *gate;            /* (n_batch, n_ff) */
+    float *up;              /* (n_batch, n_ff) */
+    float *proj;            /* (n_batch, n_embd) */
+    void *mm_scratch;       /* the largest tensor_matmul_scratch_bytes of any matrix */
+    float *attn_scratch;    /* (n_threads, model_attention_scratch_floats) */
+    int32_t *out_rows;      /* (n_batch) chunk rows whose logits are wanted */
+
+    /* Batch checks, per sequence slot. */
+    int64_t *seq_first;     /* (n_seq_max) first position in the batch, -1 unseen */
+    int64_t *seq_next;      /* (n_seq_max) position the next token must have */
+};
+
+/* --- allocation --- */
+
+static float *alloc_floats(int64_t n)
+{
+    void *p = NULL;
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    bytes = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+static size_t matrix_scratch(const model_matrix *w, int64_t n_tok)
+{
+    return w->data != NULL ? tensor_matmul_scratch_bytes(w->type, w->n_cols, n_tok) : 0;
+}
+
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+void model_ctx_free(model_ctx *ctx)
+{
+    if (ctx == NULL) return;
+    strata_pool_free(ctx->pool);
+    kv_cache_free(ctx->kv);
+    free(ctx->x);
+    free(ctx->xn);
+    free(ctx->q);
+    free(ctx->k);
+    free(ctx->v);
+    free(ctx->attn);
+    free(ctx->gate);
+    free(ctx->up);
+    free(ctx->proj);
+    free(ctx->mm_scratch);
+    free(ctx->attn_scratch);
+    free(ctx->out_rows);
+    free(ctx->seq_first);
+    free(ctx->seq_next);
+    free(ctx);
+}
+
+int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, strata_err *err)
+{
+    *out = NULL;
+    const model_hparams *hp = &m->hp;
+    int n_threads = p->n_threads > 0 ? p->n_threads : 1;
+    int n_seq_max = p->n_seq_max > 0 ? p->n_seq_max : 1;
+    int64_t n_batch = p->n_batch > 0 ? p->n_batch : MODEL_DEFAULT_BATCH;
+    if (p->n_ctx <= 0 || n_threads > STRATA_POOL_MAX_THREADS || n_batch > (1 << 20)) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "model context: bad parameters (context %" PRId64 ", threads %d, "
+                              "batch %" PRId64 ")",
+                              p->n_ctx, n_threads, n_batch);
+    }
+    model_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    ctx->m = m;
+    ctx->n_threads = n_threads;
+    ctx->n_batch = n_batch;
+
+    kv_cache_params kp = {
+        .n_layer = hp->n_layer,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim,
+        .head_dim_v = hp->head_dim_v,
+        .n_ctx = p->n_ctx,
+        .n_seq_max = n_seq_max,
+    };
+    int rc = kv_cache_init(&ctx->kv, &kp, err);
+    if (rc != 0) {
+        model_ctx_free(ctx);
+        return rc;
+    }
+    if (n_threads > 1) {
+        ctx->pool = strata_pool_new(n_threads);
+        if (ctx->pool == NULL) {
+            model_ctx_free(ctx);
+            return strata_err_set(err, STRATA_ENOMEM, "cannot start %d threads", n_threads);
+        }
+    }
+
+    const int64_t n_q = hp->n_head * hp->head_dim;
+    const int64_t n_k = hp->n_head_kv * hp->head_dim;
+    const int64_t n_v = hp->n_head_kv * hp->head_dim_v;
+    const int64_t n_o = hp->n_head * hp->head_dim_v;
+    ctx->x = alloc_floats(n_batch * hp->n_embd);
+    ctx->xn = alloc_floats(n_batch * hp->n_embd);
+    ctx->q = alloc_floats(n_batch * n_q);
+    ctx->k = alloc_floats(n_batch * n_k);
+    ctx->v = alloc_floats(n_batch * n_v);
+    ctx->attn = alloc_floats(n_batch * n_o);
+    ctx->gate = alloc_floats(n_batch * hp->n_ff);
+    ctx->up = alloc_floats(n_batch * hp->n_ff);
+    ctx->proj = alloc_floats(n_batch * hp->n_embd);
+    ctx->attn_scratch =
+        alloc_floats((int64_t)n_threads * (int64_t)model_attention_scratch_floats(ctx->kv, hp->n_head));
+    ctx->out_rows = malloc((size_t)n_batch * sizeof(int32_t));
+    ctx->seq_first = malloc((size_t)n_seq_max * sizeof(int64_t));
+    ctx->seq_next = malloc((size_t)n_seq_max * sizeof(int64_t));
+
+    size_t mm = matrix_scratch(&m->output, n_batch);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        const model_matrix *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo,
+                                    &l->ffn_gate, &l->ffn_up, &l->ffn_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
+            mm = max_sz(mm, matrix_scratch(ws[i], n_batch));
+        }
+    }
+    ctx->mm_scratch = alloc_floats((int64_t)((mm + 3) / 4));
+
+    if (ctx->x == NULL || ctx->xn == NULL || ctx->q == NULL || ctx->k == NULL || ctx->v == NULL ||
+        ctx->attn == NULL || ctx->gate == NULL || ctx->up == NULL || ctx->proj == NULL ||
+        ctx->attn_scratch == NULL || ctx->out_rows == NULL || ctx->seq_first == NULL ||
+        ctx->seq_next == NULL || ctx->mm_scratch == NULL) {
+        model_ctx_free(ctx);
+        return strata_err_set(err, STRATA_ENOMEM, "model context: out of memory");
+    }
+    *out = ctx;
+    return 0;
+}
+
+kv_cache *model_ctx_kv(model_ctx *ctx)
+{
+    return ctx->kv;
+}
+
+const model *model_ctx_model(const model_ctx *ctx)
+{
+    return ctx->m;
+}
+
+/* --- row-wise work --- */
+
+enum row_op {
+    ROW_EMBED,     /* x = token_embd[token] */
+    ROW_NORM,      /* xn = rmsnorm(x) * w */
+    ROW_QKV,       /* biases, q/k norms, rope, store k and v in the cache */
+    ROW_ADD_NORM,  /* x += proj; then xn = rmsnorm(x) * w when w is not NULL */
+    ROW_SWIGLU,    /* gate = silu(gate) * up */
+    ROW_OUT_NORM,  /* xn[j] = rmsnorm(x[out_rows[j]]) * w for the wanted rows */
+};
+
+typedef struct row_job {
+    model_ctx *ctx;
+    enum row_op op;
+    int64_t n_rows;
+    const float *w;           /* norm weight */
+    const model_layer *layer; /* ROW_QKV */
+    int64_t il;               /* ROW_QKV: layer index */
+    const int32_t *tokens;    /* (n_rows) this chunk's */
+    const int32_t *seq_ids;
+    const int32_t *pos;
+} row_job;
+
+static void row_qkv(const row_job *j, int64_t t)
+{
+    model_ctx *ctx = j->ctx;
+    const model *m = ctx->m;
+    const model_hparams *hp = &m->hp;
+    const model_layer *l = j->layer;
+    const int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    const int64_t n_q = hp->n_head * hd, n_k = hp->n_head_kv * hd, n_v = hp->n_head_kv * hdv;
+    float *q = ctx->q + t * n_q; /* (n_head, head_dim) */
+    float *k = ctx->k + t * n_k; /* (n_head_kv, head_dim) */
+    float *v = ctx->v + t * n_v; /* (n_head_kv, head_dim_v) */
+    if (l->bq != NULL) tensor_add(q, q, l->bq, n_q);
+    if (l->bk != NULL) tensor_add(k, k, l->bk, n_k);
+    if (l->bv != NULL) tensor_add(v, v, l->bv, n_v);
+    if (l->q_norm != NULL) {
+        for (int64_t h = 0; h < hp->n_head; h++) {
+            tensor_rmsnorm(q + h * hd, q + h * hd, l->q_norm, hd, hp->rms_eps);
+        }
+    }
+    if (l->k_norm != NULL) {
+        for (int64_t h = 0; h < hp->n_head_kv; h++) {
+            tensor_rmsnorm(k + h * hd, k + h * hd, l->k_norm, hd, hp->rms_eps);
+        }
+    }
+    const int64_t pos = j->pos[t];
+    tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, hp->rope_freq_base,
+                hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
+    tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, hp->rope_freq_base,
+                hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
+    /* Into the cache as F16 (round to nearest even). */
+    const int32_t seq = j->seq_ids[t];
+    for (int64_t h = 0; h < hp->n_head_kv; h++) {
+        uint16_t *kr = (uint16_t *)(void *)kv_k_row(ctx->kv, seq, j->il, pos, h);
+        uint16_t *vr = (uint16_t *)(void *)kv_v_row(ctx->kv, seq, j->il, pos, h);
+        for (int64_t d = 0; d < hd; d++) kr[d] = tensor_f32_to_f16(k[h * hd + d]);
+        for (int64_t d = 0; d < hdv; d++) vr[d] = tensor_f32_to_f16(v[h * hdv + d]);
+    }
+}
+
+static void row_one(const row_job *j, int64_t t)
+{
+    model_ctx *ctx = j->ctx;
+    const model *m = ctx->m;
+    const int64_t n_embd = m->hp.n_embd;
+    switch (j->op) {
+    case ROW_EMBED: {
+        const uint8_t *row = (const uint8_t *)m->tok_embd.data +
+                             (size_t)j->tokens[t] * m->tok_embd.row_bytes;
+        tensor_get_dequant(m->tok_embd.type)(row, ctx->x + t * n_embd, n_embd);
+        break;
+    }
+    case ROW_NORM:
+        tensor_rmsnorm(ctx->xn + t * n_embd, ctx->x + t * n_embd, j->w, n_embd, m->hp.rms_eps);
+        break;
+    case ROW_QKV:
+        row_qkv(j, t);
+        break;
+    case ROW_ADD_NORM:
+        tensor_add(ctx->x + t * n_embd, ctx->x + t * n_embd, ctx->proj + t * n_embd, n_embd);
+        if (j->w != NULL) {
+            tensor_rmsnorm(ctx->xn + t * n_embd, ctx->x + t * n_embd, j->w, n_embd,
+                           m->hp.rms_eps);
+        }
+        break;
+    case ROW_SWIGLU: {
+        const int64_t n_ff = m->hp.n_ff;
+        tensor_swiglu(ctx->gate + t * n_ff, ctx->gate + t * n_ff, ctx->up + t * n_ff, n_ff);
+        break;
+    }
+    case ROW_OUT_NORM:
+        tensor_rmsnorm(ctx->xn + t * n_embd, ctx->x + (int64_t)ctx->out_rows[t] * n_embd, j->w,
+                       n_embd, m->hp.rms_eps);
+        break;
+    }
+}
+
+static void row_run(void *p, int i_thread, int n_threads)
+{
+    const row_job *j = p;
+    int64_t begin, end;
+    strata_split_range(j->n_rows, i_thread, n_threads, &begin, &end);
+    for (int64_t t = begin; t < end; t++) row_one(j, t);
+}
+
+static void rows(const row_job *j)
+{
+    if (j->n_rows <= 1 || j->ctx->pool == NULL) row_run((void *)j, 0, 1);
+    else strata_pool_run(j->ctx->pool, row_run, (void *)j);
+}
+
+/* --- the pass --- */
+
+static int matmul(model_ctx *ctx, const model_matrix *w, const float *x, int64_t n_tok, float *y,
+                  strata_err *err)
+{
+    int rc = tensor_matmul(ctx->pool, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y,
+                           ctx->mm_scratch);
+    if (rc != 0) return strata_err_set(err, rc, "matrix product with %s failed", w->name);
+    return 0;
+}
+
+/* One chunk of n tokens; writes the logits of the wanted ones at
+ * logits_out (rows in order) and returns how many through *n_out. */
+static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *seq_ids,
+                         const int32_t *pos, const int8_t *want, int64_t n, float *logits_out,
+                         int64_t *n_out, strata_err *err)
+{
+    const model *m = ctx->m;
+    const model_hparams *hp = &m->hp;
+    row_job j = {.ctx = ctx, .n_rows = n, .tokens = tokens, .seq_ids = seq_ids, .pos = pos};
+    int rc = 0;
+
+    j.op = ROW_EMBED;
+    rows(&j);
+    j.op = ROW_NORM;
+    j.w = m->layers[0].attn_norm;
+    rows(&j);
+
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int64_t il = 0; il < hp->n_layer && rc == 0; il++) {
+        const model_layer *l = &m->layers[il];
+        /* attention */
+        rc = matmul(ctx, &l->wq, ctx->xn, n, ctx->q, err);
+        if (rc == 0) rc = matmul(ctx, &l->wk, ctx->xn, n, ctx->k, err);
+        if (rc == 0) rc = matmul(ctx, &l->wv, ctx->xn, n, ctx->v, err);
+        if (rc != 0) break;
+        j.op = ROW_QKV;
+        j.layer = l;
+        j.il = il;
+        rows(&j);
+        model_attn_args a = {
+            .kv = ctx->kv,
+            .layer = il,
+            .n_tokens = n,
+            .seq_ids = seq_ids,
+            .pos = pos,
+            .q = ctx->q,
+            .out = ctx->attn,
+            .n_head = hp->n_head,
+            .scale = scale,
+            .scratch = ctx->attn_scratch,
+        };
+        model_attention(ctx->pool, &a);
+        rc = matmul(ctx, &l->wo, ctx->attn, n, ctx->proj, err);
+        if (rc != 0) break;
+        j.op = ROW_ADD_NORM;
+        j.w = l->ffn_norm;
+        rows(&j);
+
+        /* feed-forward: out = W2 · (silu(W1·h) ⊙ W3·h) */
+        rc = matmul(ctx, &l->ffn_gate, ctx->xn, n, ctx->gate, err);
+        if (rc == 0) rc = matmul(ctx, &l->ffn_up, ctx->xn, n, ctx->up, err);
+        if (rc != 0) break;
+        j.op = ROW_SWIGLU;
+        rows(&j);
+        rc = matmul(ctx, &l->ffn_down, ctx->gate, n, ctx->proj, err);
+        if (rc != 0) break;
+        j.op = ROW_ADD_NORM;
+        j.w = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : NULL;
+        rows(&j);
+    }
+    if (rc != 0) return rc;
+
+    /* logits for the wanted rows only */
+    int64_t n_want = 0;
+    for (int64_t t = 0; t < n; t++) {
+        if (want == NULL || want[t]) ctx->out_rows[n_want++] = (int32_t)t;
+    }
+    *n_out = n_want;
+    if (n_want == 0) return 0;
+    j.op = ROW_OUT_NORM;
+    j.w = m->output_norm;
+    j.n_rows = n_want;
+    rows(&j);
+    return matmul(ctx, &m->output, ctx->xn, n_want, logits_out, err);
+}
+
+/* Checks the whole batch and reserves its positions in the cache (see
+ * forward.h for the rules). Nothing changes unless every check passes. */
+static int prepare_batch(model_ctx *ctx, const model_batch *b, strata_err *err)
+{
+    kv_cache *kv = ctx->kv;
+    const int64_t n_vocab = ctx->m->hp.n_vocab;
+    for (int s = 0; s < kv->n_seq_max; s++) ctx->seq_first[s] = ctx->seq_next[s] = -1;
+    if (b->tokens == NULL || b->seq_ids == NULL || b->pos == NULL) {
+        return strata_err_set(err, STRATA_EINVAL, "batch: tokens, seq_ids and pos are required");
+    }
+    for (int64_t i = 0; i < b->n_tokens; i++) {
+        int32_t tok = b->tokens[i], s = b->seq_ids[i], p = b->pos[i];
+        if (tok < 0 || tok >= n_vocab) {
+            return strata_err_set(err, STRATA_EINVAL,
+                                  "batch token %" PRId64 ": id %" PRId32
+                                  " is outside the vocabulary [0, %" PRId64 ")",
+                                  i, tok, n_vocab);
+        }
+        if (!kv_seq_active(kv, s)) {
+            return strata_err_set(err, STRATA_EINVAL,
+                                  "batch token %" PRId64 ": sequence %" PRId32 " is not active",
+                                  i, s);
+        }
+        if (ctx->seq_next[s] < 0) {
+            int64_t len = kv_seq_len(kv, s);
+            if (p < 0 || p > len) {
+                return strata_err_set(err, STRATA_EINVAL,
+                                      "batch token %" PRId64 ": sequence %" PRId32
+                                      " holds %" PRId64 " positions, so it cannot continue at %" PRId32,
+                                      i, s, len, p);
+            }
+            ctx->seq_first[s] = p;
+        } else if (p != ctx->seq_next[s]) {
+            return strata_err_set(err, STRATA_EINVAL,
+                                  "batch token %" PRId64 ": sequence %" PRId32
+                                  " is at position %" PRId32 " where %" PRId64 " comes next",
+                                  i, s, p, ctx->seq_next[s]);
+        }
+        ctx->seq_next[s] = (int64_t)p + 1;
+    }
+    /* Truncating to p0 returns blocks that extending then takes, so the
+     * pool must cover the net growth. */
+    int64_t need = 0;
+    const int64_t max_pos = (int64_t)kv->max_blocks_per_seq * kv->block_tokens;
+    for (int s = 0; s < kv->n_seq_max; s++) {
+        if (ctx->seq_next[s] < 0) continue;
+        if (ctx->seq_next[s] > max_pos) {
+            return strata_err_set(err, STRATA_ERANGE,
+                                  "sequence %d: position %" PRId64
+                                  " is past the KV cache's %" PRId64 " positions",
+                                  s, ctx->seq_next[s] - 1, max_pos);
+        }
+        int64_t want = (ctx->seq_next[s] + kv->block_tokens - 1) / kv->block_tokens;
+        need += want - kv->seqs[s].n_blocks;
+    }
+    if (need > kv_free_blocks(kv)) {
+        return strata_err_set(err, STRATA_ERANGE,
+                              "KV cache full: the batch needs %" PRId64 " more blocks of %d "
+                              "positions, %" PRId32 " are free",
+                              need, kv->block_tokens, kv_free_blocks(kv));
+    }
+    for (int s = 0; s < kv->n_seq_max; s++) {
+        if (ctx->seq_first[s] >= 0) kv_seq_truncate(kv, s, ctx->seq_first[s]);
+    }
+    for (int s = 0; s < kv->n_seq_max; s++) {
+        if (ctx->seq_next[s] < 0) continue;
+        int rc = kv_seq_extend(kv, s, ctx->seq_next[s], err);
+        if (rc != 0) return rc; /* cannot happen after the check above */
+    }
+    return 0;
+}
+
+int model_forward(model_ctx *ctx, const model_batch *b, float *logits_out, strata_err *err)
+{
+    if (b->n_tokens < 0) return strata_err_set(err, STRATA_EINVAL, "batch: negative size");
+    if (b->n_tokens == 0) return 0;
+    if (logits_out == NULL) {
+        bool any = b->want_logits == NULL;
+        for (int64_t t = 0; !any && t < b->n_tokens; t++) any = b->want_logits[t] != 0;
+        if (any) {
+            return strata_err_set(err, STRATA_EINVAL, "batch asks for logits but logits_out is NULL");
+        }
+    }
+    int rc = prepare_batch(ctx, b, err);
+    if (rc != 0) return rc;
+    const int64_t n_vocab = ctx->m->hp.n_vocab;
+    int64_t n_out_total = 0;
+    for (int64_t off = 0; off < b->n_tokens; off += ctx->n_batch) {
+        int64_t n = b->n_tokens - off < ctx->n_batch ? b->n_tokens - off : ctx->n_batch;
+        int64_t n_out = 0;
+        float *dst = logits_out != NULL ? logits_out + n_out_total * n_vocab : NULL;
+        const int8_t *want = b->want_logits != NULL ? b->want_logits + off : NULL;
+        rc = forward_chunk(ctx, b->tokens + off, b->seq_ids + off, b->pos + off, want, n, dst,
+                           &n_out, err);
+        if (rc != 0) return rc;
+        n_out_total += n_out;
+    }
+    return 0;
+}

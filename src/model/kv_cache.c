@@ -1,0 +1,247 @@
+/* The paged KV cache: the block pool, its free list and the per-sequence
+ * block tables (see kv_cache.h). */
+#include "kv_cache.h"
+
+#include "gguf/types.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Refuse pools whose byte count would not fit comfortably in size_t. */
+#define KV_MAX_POOL_BYTES ((size_t)1 << 46)
+
+typedef struct kv_geometry {
+    int block_tokens;
+    int64_t n_blocks;
+    size_t k_row_bytes, v_row_bytes;
+    size_t k_block_bytes, v_block_bytes;
+    size_t pool_bytes; /* k and v together */
+} kv_geometry;
+
+static int kv_geometry_of(const kv_cache_params *p, kv_geometry *geo)
+{
+    memset(geo, 0, sizeof(*geo));
+    int bt = p->block_tokens > 0 ? p->block_tokens : KV_BLOCK_TOKENS;
+    if (p->n_layer <= 0 || p->n_head_kv <= 0 || p->head_dim <= 0 || p->head_dim_v <= 0 ||
+        p->n_ctx <= 0 || p->n_seq_max <= 0 || bt > 4096) {
+        return -1;
+    }
+    const int64_t lim = 1LL << 24;
+    if (p->n_layer > lim || p->n_head_kv > lim || p->head_dim > lim || p->head_dim_v > lim ||
+        p->n_ctx > (1LL << 31) - 4096 || p->n_seq_max > (1 << 20)) {
+        return -1;
+    }
+    geo->block_tokens = bt;
+    geo->n_blocks = (p->n_ctx + bt - 1) / bt;
+    geo->k_row_bytes = strata_type_row_bytes(STRATA_TYPE_F16, p->head_dim);
+    geo->v_row_bytes = strata_type_row_bytes(STRATA_TYPE_F16, p->head_dim_v);
+    /* Each factor is below 2^31, so check the products in double first. */
+    double total = (double)p->n_layer * (double)geo->n_blocks * (double)p->n_head_kv *
+                   (double)bt * (double)(geo->k_row_bytes + geo->v_row_bytes);
+    if (total > (double)KV_MAX_POOL_BYTES) return -1;
+    geo->k_block_bytes = (size_t)p->n_head_kv * (size_t)bt * geo->k_row_bytes;
+    geo->v_block_bytes = (size_t)p->n_head_kv * (size_t)bt * geo->v_row_bytes;
+    geo->pool_bytes = (size_t)p->n_layer * (size_t)geo->n_blocks *
+                      (geo->k_block_bytes + geo->v_block_bytes);
+    return 0;
+}
+
+size_t kv_cache_pool_bytes(const kv_cache_params *p)
+{
+    kv_geometry geo;
+    return kv_geometry_of(p, &geo) == 0 ? geo.pool_bytes : 0;
+}
+
+int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
+{
+    *out = NULL;
+    kv_geometry geo;
+    if (kv_geometry_of(p, &geo) != 0) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "KV cache: invalid size (layers %" PRId64 ", KV heads %" PRId64
+                              ", head %" PRId64 "/%" PRId64 ", context %" PRId64 ", sequences %d)",
+                              p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->n_ctx,
+                              p->n_seq_max);
+    }
+    kv_cache *kv = calloc(1, sizeof(*kv));
+    if (kv == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    kv->n_layer = p->n_layer;
+    kv->n_head_kv = p->n_head_kv;
+    kv->head_dim = p->head_dim;
+    kv->head_dim_v = p->head_dim_v;
+    kv->block_tokens = geo.block_tokens;
+    kv->type = STRATA_TYPE_F16;
+    kv->k_row_bytes = geo.k_row_bytes;
+    kv->v_row_bytes = geo.v_row_bytes;
+    kv->k_block_bytes = geo.k_block_bytes;
+    kv->v_block_bytes = geo.v_block_bytes;
+    kv->n_blocks = (int32_t)geo.n_blocks;
+    kv->max_blocks_per_seq = kv->n_blocks;
+    kv->n_seq_max = p->n_seq_max;
+
+    size_t k_bytes = (size_t)kv->n_layer * (size_t)kv->n_blocks * kv->k_block_bytes;
+    size_t v_bytes = (size_t)kv->n_layer * (size_t)kv->n_blocks * kv->v_block_bytes;
+    /* Zeroed so that rows nobody wrote yet read as finite zeros. */
+    kv->k = calloc(k_bytes, 1);
+    kv->v = calloc(v_bytes, 1);
+    kv->refcount = calloc((size_t)kv->n_blocks, sizeof(int32_t));
+    kv->free_ids = malloc((size_t)kv->n_blocks * sizeof(int32_t));
+    kv->seqs = calloc((size_t)kv->n_seq_max, sizeof(kv_seq));
+    int32_t *tables = malloc((size_t)kv->n_seq_max * (size_t)kv->max_blocks_per_seq *
+                             sizeof(int32_t));
+    if (kv->k == NULL || kv->v == NULL || kv->refcount == NULL || kv->free_ids == NULL ||
+        kv->seqs == NULL || tables == NULL) {
+        free(tables);
+        kv_cache_free(kv);
+        return strata_err_set(err, STRATA_ENOMEM, "KV cache: out of memory for %zu bytes",
+                              k_bytes + v_bytes);
+    }
+    for (int s = 0; s < kv->n_seq_max; s++) {
+        kv->seqs[s].blocks = tables + (size_t)s * (size_t)kv->max_blocks_per_seq;
+    }
+    /* Free list as a stack, lowest ids on top, so a fresh cache hands out
+     * blocks 0, 1, 2, ... (easier to read in a debugger; nothing depends
+     * on it). */
+    for (int32_t i = 0; i < kv->n_blocks; i++) kv->free_ids[i] = kv->n_blocks - 1 - i;
+    kv->n_free = kv->n_blocks;
+    *out = kv;
+    return 0;
+}
+
+void kv_cache_free(kv_cache *kv)
+{
+    if (kv == NULL) return;
+    if (kv->seqs != NULL) free(kv->seqs[0].blocks);
+    free(kv->seqs);
+    free(kv->free_ids);
+    free(kv->refcount);
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static kv_seq *seq_get(const kv_cache *kv, int32_t seq_id)
+{
+    if (seq_id < 0 || seq_id >= kv->n_seq_max) return NULL;
+    kv_seq *s = &kv->seqs[seq_id];
+    return s->active ? s : NULL;
+}
+
+static void block_release(kv_cache *kv, int32_t id)
+{
+    assert(kv->refcount[id] > 0);
+    if (--kv->refcount[id] == 0) {
+        assert(kv->n_free < kv->n_blocks);
+        kv->free_ids[kv->n_free++] = id;
+    }
+}
+
+int kv_seq_add(kv_cache *kv, int32_t seq_id, strata_err *err)
+{
+    if (seq_id < 0 || seq_id >= kv->n_seq_max) {
+        return strata_err_set(err, STRATA_EINVAL, "sequence id %" PRId32 " is outside [0, %d)",
+                              seq_id, kv->n_seq_max);
+    }
+    kv_seq *s = &kv->seqs[seq_id];
+    if (s->active) {
+        return strata_err_set(err, STRATA_EINVAL, "sequence %" PRId32 " is already active",
+                              seq_id);
+    }
+    s->active = true;
+    s->n_pos = 0;
+    s->n_blocks = 0;
+    return 0;
+}
+
+void kv_seq_remove(kv_cache *kv, int32_t seq_id)
+{
+    kv_seq *s = seq_get(kv, seq_id);
+    if (s == NULL) return;
+    kv_seq_truncate(kv, seq_id, 0);
+    s->active = false;
+}
+
+void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos)
+{
+    kv_seq *s = seq_get(kv, seq_id);
+    if (s == NULL || n_pos >= s->n_pos) return;
+    if (n_pos < 0) n_pos = 0;
+    int32_t keep = (int32_t)((n_pos + kv->block_tokens - 1) / kv->block_tokens);
+    while (s->n_blocks > keep) block_release(kv, s->blocks[--s->n_blocks]);
+    s->n_pos = n_pos;
+}
+
+bool kv_seq_active(const kv_cache *kv, int32_t seq_id)
+{
+    return seq_get(kv, seq_id) != NULL;
+}
+
+int64_t kv_seq_len(const kv_cache *kv, int32_t seq_id)
+{
+    const kv_seq *s = seq_get(kv, seq_id);
+    return s != NULL ? s->n_pos : 0;
+}
+
+int32_t kv_seq_blocks_needed(const kv_cache *kv, int32_t seq_id, int64_t n_pos)
+{
+    const kv_seq *s = seq_get(kv, seq_id);
+    int32_t have = s != NULL ? s->n_blocks : 0;
+    if (n_pos <= 0) return 0;
+    int64_t want = (n_pos + kv->block_tokens - 1) / kv->block_tokens;
+    return want > have ? (int32_t)(want > INT32_MAX ? INT32_MAX : want - have) : 0;
+}
+
+int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err)
+{
+    kv_seq *s = seq_get(kv, seq_id);
+    if (s == NULL) {
+        return strata_err_set(err, STRATA_EINVAL, "sequence %" PRId32 " is not active", seq_id);
+    }
+    if (n_pos <= s->n_pos) return 0;
+    if (n_pos > (int64_t)kv->max_blocks_per_seq * kv->block_tokens) {
+        return strata_err_set(err, STRATA_ERANGE,
+                              "sequence %" PRId32 ": %" PRId64
+                              " positions exceed the KV cache's %" PRId64,
+                              seq_id, n_pos, (int64_t)kv->max_blocks_per_seq * kv->block_tokens);
+    }
+    int32_t need = kv_seq_blocks_needed(kv, seq_id, n_pos);
+    if (need > kv->n_free) {
+        return strata_err_set(err, STRATA_ERANGE,
+                              "KV cache full: sequence %" PRId32 " needs %" PRId32
+                              " more blocks, %" PRId32 " are free",
+                              seq_id, need, kv->n_free);
+    }
+    for (int32_t i = 0; i < need; i++) {
+        int32_t id = kv->free_ids[--kv->n_free];
+        assert(kv->refcount[id] == 0);
+        kv->refcount[id] = 1;
+        s->blocks[s->n_blocks++] = id;
+    }
+    s->n_pos = n_pos;
+    return 0;
+}
+
+int32_t kv_free_blocks(const kv_cache *kv)
+{
+    return kv->n_free;
+}
+
+uint8_t *kv_k_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head)
+{
+    const kv_seq *s = &kv->seqs[seq_id];
+    assert(s->active && pos >= 0 && pos < s->n_pos);
+    int32_t block = s->blocks[pos / kv->block_tokens];
+    return kv_k_block(kv, layer, block, head) +
+           (size_t)(pos % kv->block_tokens) * kv->k_row_bytes;
+}
+
+uint8_t *kv_v_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head)
+{
+    const kv_seq *s = &kv->seqs[seq_id];
+    assert(s->active && pos >= 0 && pos < s->n_pos);
+    int32_t block = s->blocks[pos / kv->block_tokens];
+    return kv_v_block(kv, layer, block, head) +
+           (size_t)(pos % kv->block_tokens) * kv->v_row_bytes;
+}

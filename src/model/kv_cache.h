@@ -1,0 +1,136 @@
+/* The KV cache: keys and values of every layer for the positions each
+ * sequence has seen, in fixed-size blocks of KV_BLOCK_TOKENS positions.
+ *
+ * Storage. One pool of n_blocks blocks, allocated once at kv_cache_init
+ * and sized from the context asked for (never from the model's training
+ * context). A block holds, for every layer and KV head, block_tokens rows
+ * of keys and of values; within a (layer, block, KV head) the rows of
+ * consecutive positions are contiguous, so attention streams one block as
+ * one (block_tokens, head_dim) matrix. Rows are F16 now; the row stride is
+ * computed from `type` so that q8_0 rows can come later without changing
+ * the callers (kv_k_row/kv_v_row hand out bytes of `type`).
+ *
+ * Sequences. A sequence is a slot id in [0, n_seq_max). Its block table
+ * maps position p to block table[p / block_tokens], row p % block_tokens;
+ * blocks are taken from a free list as the sequence grows and returned
+ * when it shrinks or ends. Each slot's table (room for every block of the
+ * pool) is allocated at init, so starting, growing and ending a sequence
+ * allocates no memory.
+ *
+ * Blocks carry a reference count so that a later prefix cache can share a
+ * full block between sequences (a block with count > 1 is read-only; a
+ * writer copies it first). Nothing shares blocks yet.
+ *
+ * Threads: not thread-safe; the forward pass's owner thread calls the
+ * mutating functions between passes, and worker threads only read rows
+ * of blocks or write rows of positions no other thread writes. */
+#ifndef STRATA_MODEL_KV_CACHE_H
+#define STRATA_MODEL_KV_CACHE_H
+
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_BLOCK_TOKENS 32
+
+typedef struct kv_cache_params {
+    int64_t n_layer;
+    int64_t n_head_kv;
+    int64_t head_dim;      /* per key row */
+    int64_t head_dim_v;    /* per value row */
+    int64_t n_ctx;         /* positions the pool holds in all (rounded up to blocks) */
+    int n_seq_max;         /* sequence slots, >= 1 */
+    int block_tokens;      /* 0: KV_BLOCK_TOKENS */
+} kv_cache_params;
+
+typedef struct kv_seq {
+    bool active;
+    int64_t n_pos;         /* positions [0, n_pos) are held */
+    int32_t n_blocks;      /* blocks in the table (covering >= n_pos positions) */
+    int32_t *blocks;       /* (max_blocks_per_seq) block ids; first n_blocks valid */
+} kv_seq;
+
+/* Read-only to callers: use the functions below to change it. */
+typedef struct kv_cache {
+    int64_t n_layer, n_head_kv, head_dim, head_dim_v;
+    int block_tokens;
+    uint32_t type;         /* STRATA_TYPE_F16 */
+    size_t k_row_bytes;    /* bytes of one key row (head_dim elements) */
+    size_t v_row_bytes;
+    size_t k_block_bytes;  /* one (layer, block): n_head_kv * block_tokens key rows */
+    size_t v_block_bytes;
+    int32_t n_blocks;      /* in the pool */
+    int32_t max_blocks_per_seq;
+    uint8_t *k;            /* (n_layer, n_blocks, n_head_kv, block_tokens, head_dim) of type */
+    uint8_t *v;            /* (n_layer, n_blocks, n_head_kv, block_tokens, head_dim_v) of type */
+    int32_t *refcount;     /* (n_blocks) */
+    int32_t *free_ids;     /* (n_blocks) stack of free block ids; first n_free valid */
+    int32_t n_free;
+    int n_seq_max;
+    kv_seq *seqs;          /* (n_seq_max) */
+} kv_cache;
+
+/* Allocates the pool and the tables. *out is owned by the caller and freed
+ * with kv_cache_free. Errors: STRATA_EINVAL for sizes that are not
+ * positive or whose pool would not fit in memory; STRATA_ENOMEM. */
+int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err);
+void kv_cache_free(kv_cache *kv);
+
+/* Bytes the pool for these parameters takes (0 when they are invalid). */
+size_t kv_cache_pool_bytes(const kv_cache_params *p);
+
+/* Starts sequence seq_id (empty). STRATA_EINVAL when seq_id is outside
+ * [0, n_seq_max) or already active. */
+int kv_seq_add(kv_cache *kv, int32_t seq_id, strata_err *err);
+
+/* Ends a sequence and returns its blocks to the pool. An inactive or
+ * out-of-range seq_id is ignored. */
+void kv_seq_remove(kv_cache *kv, int32_t seq_id);
+
+/* Keeps positions [0, n_pos) of an active sequence, releasing the blocks
+ * past them; n_pos >= the current length does nothing. */
+void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos);
+
+bool kv_seq_active(const kv_cache *kv, int32_t seq_id);
+
+/* Positions held by the sequence (0 when inactive or out of range). */
+int64_t kv_seq_len(const kv_cache *kv, int32_t seq_id);
+
+/* Blocks the sequence would need to take from the pool to hold n_pos
+ * positions (0 when it already has room). */
+int32_t kv_seq_blocks_needed(const kv_cache *kv, int32_t seq_id, int64_t n_pos);
+
+/* Grows an active sequence's table to hold positions [0, n_pos) and sets
+ * its length to n_pos (never shrinks: use kv_seq_truncate). The rows of
+ * new positions are for the caller to write. Either all needed blocks are
+ * taken or none: STRATA_ERANGE when the pool has too few free blocks or
+ * n_pos is past what one sequence may hold. */
+int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err);
+
+/* Free blocks in the pool. */
+int32_t kv_free_blocks(const kv_cache *kv);
+
+/* The start of the key rows of (layer, block, KV head): block_tokens rows
+ * of k_row_bytes, row i for position block_index * block_tokens + i. */
+static inline uint8_t *kv_k_block(const kv_cache *kv, int64_t layer, int32_t block,
+                                  int64_t head)
+{
+    return kv->k + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->k_block_bytes +
+           (size_t)head * (size_t)kv->block_tokens * kv->k_row_bytes;
+}
+
+static inline uint8_t *kv_v_block(const kv_cache *kv, int64_t layer, int32_t block,
+                                  int64_t head)
+{
+    return kv->v + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->v_block_bytes +
+           (size_t)head * (size_t)kv->block_tokens * kv->v_row_bytes;
+}
+
+/* The key / value row of position pos (< the sequence's length) of an
+ * active sequence, for one layer and KV head. */
+uint8_t *kv_k_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head);
+uint8_t *kv_v_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head);
+
+#endif

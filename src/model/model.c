@@ -1,0 +1,237 @@
+/* Binding a model's weights by name, with every type and shape checked
+ * against the hyper-parameters (see model.h). */
+#include "model.h"
+
+#include "gguf/types.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "[256, 512]" for a tensor's ne[] (ne[0] first, as GGUF and llama.cpp print). */
+static void fmt_shape(char *buf, size_t n, const gguf_tensor *t)
+{
+    size_t off = (size_t)snprintf(buf, n, "[");
+    uint32_t nd = t->n_dims == 0 ? 1 : t->n_dims;
+    for (uint32_t i = 0; i < nd && off < n; i++) {
+        off += (size_t)snprintf(buf + off, n - off, "%s%" PRId64, i ? ", " : "", t->ne[i]);
+    }
+    if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+/* Looks up `name`; NULL with *rc = 0 when absent and optional. */
+static const gguf_tensor *find(const gguf *g, const char *name, bool required, int *rc,
+                               strata_err *err)
+{
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (t == NULL && required) {
+        *rc = strata_err_set(err, STRATA_EFORMAT, "missing tensor %s", name);
+    }
+    return t;
+}
+
+/* True when t has exactly the shape (ne0[, ne1]) and no more dimensions. */
+static bool shape_is(const gguf_tensor *t, int64_t ne0, int64_t ne1)
+{
+    if (t->ne[0] != ne0 || t->ne[1] != ne1) return false;
+    for (int i = 2; i < GGUF_MAX_DIMS; i++) {
+        if (t->ne[i] != 1) return false;
+    }
+    return true;
+}
+
+static int bad_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, bool vec, strata_err *err)
+{
+    char have[96];
+    fmt_shape(have, sizeof(have), t);
+    if (vec) {
+        return strata_err_set(err, STRATA_EFORMAT, "tensor %s has shape %s, expected [%" PRId64 "]",
+                              t->name, have, ne0);
+    }
+    return strata_err_set(err, STRATA_EFORMAT,
+                          "tensor %s has shape %s, expected [%" PRId64 ", %" PRId64 "]", t->name,
+                          have, ne0, ne1);
+}
+
+/* Binds a matrix of n_rows outputs over n_cols inputs (GGUF ne = [n_cols,
+ * n_rows]) whose type tensor_matmul takes. */
+static int bind_matrix(const gguf *g, const char *name, int64_t n_rows, int64_t n_cols,
+                       bool required, model_matrix *out, strata_err *err)
+{
+    int rc = 0;
+    memset(out, 0, sizeof(*out));
+    const gguf_tensor *t = find(g, name, required, &rc, err);
+    if (t == NULL) return rc;
+    if (!shape_is(t, n_cols, n_rows)) return bad_shape(t, n_cols, n_rows, false, err);
+    if (!tensor_matmul_supported(t->type)) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED,
+                              "tensor %s has type %s, which has no matrix kernels here", name,
+                              strata_type_name(t->type));
+    }
+    size_t row_bytes = strata_type_row_bytes(t->type, n_cols);
+    if (row_bytes == 0) {
+        return strata_err_set(err, STRATA_EFORMAT,
+                              "tensor %s: rows of %" PRId64 " are not whole %s blocks", name,
+                              n_cols, strata_type_name(t->type));
+    }
+    out->data = t->data;
+    out->type = t->type;
+    out->n_rows = n_rows;
+    out->n_cols = n_cols;
+    out->row_bytes = row_bytes;
+    out->name = t->name;
+    return 0;
+}
+
+/* Binds an F32 vector of n elements. */
+static int bind_vector(const gguf *g, const char *name, int64_t n, bool required,
+                       const float **out, strata_err *err)
+{
+    int rc = 0;
+    *out = NULL;
+    const gguf_tensor *t = find(g, name, required, &rc, err);
+    if (t == NULL) return rc;
+    if (!shape_is(t, n, 1)) return bad_shape(t, n, 1, true, err);
+    if (t->type != STRATA_TYPE_F32) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED, "tensor %s has type %s, expected F32",
+                              name, strata_type_name(t->type));
+    }
+    *out = (const float *)t->data;
+    return 0;
+}
+
+static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
+                      strata_err *err)
+{
+    char name[GGUF_MAX_TENSOR_NAME + 32];
+    const int64_t n_q = hp->n_head * hp->head_dim;
+    const int64_t n_k = hp->n_head_kv * hp->head_dim;
+    const int64_t n_v = hp->n_head_kv * hp->head_dim_v;
+    const int64_t n_o = hp->n_head * hp->head_dim_v;
+    int rc = 0;
+#define NAME(suffix) (snprintf(name, sizeof(name), "blk.%" PRId64 ".%s", il, suffix), name)
+    if (rc == 0) rc = bind_vector(g, NAME("attn_norm.weight"), hp->n_embd, true, &l->attn_norm, err);
+    if (rc == 0) rc = bind_matrix(g, NAME("attn_q.weight"), n_q, hp->n_embd, true, &l->wq, err);
+    if (rc == 0) rc = bind_matrix(g, NAME("attn_k.weight"), n_k, hp->n_embd, true, &l->wk, err);
+    if (rc == 0) rc = bind_matrix(g, NAME("attn_v.weight"), n_v, hp->n_embd, true, &l->wv, err);
+    if (rc == 0)
+        rc = bind_matrix(g, NAME("attn_output.weight"), hp->n_embd, n_o, true, &l->wo, err);
+    /* Biases: required for qwen2, taken when present for llama (some
+     * llama-architecture conversions carry them). */
+    bool bias_req = hp->has_qkv_bias;
+    if (rc == 0) rc = bind_vector(g, NAME("attn_q.bias"), n_q, bias_req, &l->bq, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_k.bias"), n_k, bias_req, &l->bk, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_v.bias"), n_v, bias_req, &l->bv, err);
+    if (hp->has_qk_norm) {
+        if (rc == 0)
+            rc = bind_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, true, &l->q_norm, err);
+        if (rc == 0)
+            rc = bind_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, true, &l->k_norm, err);
+    }
+    if (rc == 0) rc = bind_vector(g, NAME("ffn_norm.weight"), hp->n_embd, true, &l->ffn_norm, err);
+    if (rc == 0)
+        rc = bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_gate, err);
+    if (rc == 0)
+        rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
+    if (rc == 0)
+        rc = bind_matrix(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, true, &l->ffn_down, err);
+#undef NAME
+    return rc;
+}
+
+static int bind_all(model *m, strata_err *err)
+{
+    const gguf *g = m->g;
+    model_hparams *hp = &m->hp;
+
+    /* The vocabulary size is token_embd's row count. */
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (te == NULL) return strata_err_set(err, STRATA_EFORMAT, "missing tensor token_embd.weight");
+    if (te->ne[1] <= 0 || te->ne[1] > (1LL << 24)) {
+        return bad_shape(te, hp->n_embd, hp->n_vocab > 0 ? hp->n_vocab : 1, false, err);
+    }
+    if (hp->n_vocab > 0 && hp->n_vocab > te->ne[1]) {
+        return strata_err_set(err, STRATA_EFORMAT,
+                              "tensor token_embd.weight has %" PRId64
+                              " rows but the tokenizer has %" PRId64 " tokens",
+                              te->ne[1], hp->n_vocab);
+    }
+    hp->n_vocab = te->ne[1];
+    int rc = bind_matrix(g, "token_embd.weight", hp->n_vocab, hp->n_embd, true, &m->tok_embd, err);
+    if (rc != 0) return rc;
+    if (tensor_get_dequant(m->tok_embd.type) == NULL) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED,
+                              "tensor token_embd.weight has type %s, which cannot be decoded here",
+                              strata_type_name(m->tok_embd.type));
+    }
+
+    rc = bind_vector(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, err);
+    if (rc != 0) return rc;
+    rc = bind_matrix(g, "output.weight", hp->n_vocab, hp->n_embd, false, &m->output, err);
+    if (rc != 0) return rc;
+    m->tied_output = m->output.data == NULL;
+    if (m->tied_output) m->output = m->tok_embd;
+
+    rc = bind_vector(g, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, err);
+    if (rc != 0) return rc;
+
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        rc = bind_layer(g, hp, il, &m->layers[il], err);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+int model_load(model **out, gguf *g, strata_err *err)
+{
+    *out = NULL;
+    model *m = calloc(1, sizeof(*m));
+    if (m == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    m->g = g;
+    int rc = model_hparams_load(g, &m->hp, err);
+    if (rc == 0) {
+        m->layers = calloc((size_t)m->hp.n_layer, sizeof(*m->layers));
+        if (m->layers == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    if (rc == 0) rc = bind_all(m, err);
+    if (rc != 0) {
+        free(m->layers);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int model_open(model **out, const char *path, strata_err *err)
+{
+    *out = NULL;
+    gguf *g = NULL;
+    int rc = gguf_open(&g, path, err);
+    if (rc != 0) return rc;
+    rc = model_load(out, g, err);
+    if (rc != 0) {
+        /* say which file the load error is about */
+        if (err != NULL) {
+            char msg[STRATA_ERR_MSG_MAX];
+            memcpy(msg, err->msg, sizeof(msg));
+            msg[sizeof(msg) - 1] = '\0';
+            strata_err_set(err, rc, "%.200s: %.300s", path, msg);
+        }
+        gguf_close(g);
+        return rc;
+    }
+    (*out)->owns_gguf = true;
+    return 0;
+}
+
+void model_close(model *m)
+{
+    if (m == NULL) return;
+    if (m->owns_gguf) gguf_close(m->g);
+    free(m->layers);
+    free(m);
+}

@@ -1,0 +1,74 @@
+/* A loaded model: its hyper-parameters and its weights, bound by their GGUF
+ * names to pointers into the file's mapping (nothing is copied).
+ *
+ * Every tensor the graph uses is looked up and checked at load: present,
+ * of a type the kernels take (matrices: tensor_matmul_supported with a row
+ * length that is a whole number of blocks; norms, biases and rope factors:
+ * F32), and of exactly the shape the hyper-parameters imply. A failure names
+ * the tensor, the shape it has and the shape it should have.
+ *
+ * Output matrix: output.weight when present, else token_embd.weight (tied
+ * embeddings, as Qwen2 and Llama 3.2 ship). */
+#ifndef STRATA_MODEL_MODEL_H
+#define STRATA_MODEL_MODEL_H
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A weight matrix W of shape (n_rows, n_cols): row r holds the n_cols
+ * weights of output r, in GGUF's block layout (GGUF's ne[0] = n_cols). */
+typedef struct model_matrix {
+    const void *data;  /* in the mapping; row_bytes * n_rows bytes */
+    uint32_t type;     /* enum strata_type */
+    int64_t n_rows;
+    int64_t n_cols;
+    size_t row_bytes;
+    const char *name;  /* the tensor's name, for messages */
+} model_matrix;
+
+typedef struct model_layer {
+    const float *attn_norm;   /* (n_embd) */
+    model_matrix wq;          /* (n_head*head_dim, n_embd) */
+    model_matrix wk;          /* (n_head_kv*head_dim, n_embd) */
+    model_matrix wv;          /* (n_head_kv*head_dim_v, n_embd) */
+    model_matrix wo;          /* (n_embd, n_head*head_dim_v) */
+    const float *bq;          /* (n_head*head_dim) or NULL */
+    const float *bk;          /* (n_head_kv*head_dim) or NULL */
+    const float *bv;          /* (n_head_kv*head_dim_v) or NULL */
+    const float *q_norm;      /* (head_dim) or NULL */
+    const float *k_norm;      /* (head_dim) or NULL */
+    const float *ffn_norm;    /* (n_embd) */
+    model_matrix ffn_gate;    /* (n_ff, n_embd) */
+    model_matrix ffn_up;      /* (n_ff, n_embd) */
+    model_matrix ffn_down;    /* (n_embd, n_ff) */
+} model_layer;
+
+typedef struct model {
+    gguf *g;                  /* the file; owned when opened with model_open */
+    bool owns_gguf;
+    model_hparams hp;
+    model_matrix tok_embd;    /* (n_vocab, n_embd): rows are looked up, not multiplied */
+    model_matrix output;      /* (n_vocab, n_embd); token_embd when tied */
+    bool tied_output;
+    const float *output_norm; /* (n_embd) */
+    const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
+    model_layer *layers;      /* (n_layer) */
+} model;
+
+/* Opens the GGUF at path and loads it. On success *out is owned by the
+ * caller and freed with model_close (which closes the file). Errors: those
+ * of gguf_open, model_hparams_load, and load errors naming the tensor. */
+int model_open(model **out, const char *path, strata_err *err);
+
+/* Loads from an open file, which must outlive the model (it is borrowed:
+ * model_close leaves it open). */
+int model_load(model **out, gguf *g, strata_err *err);
+
+/* Frees the model (and the file when model_open opened it). NULL is allowed. */
+void model_close(model *m);
+
+#endif

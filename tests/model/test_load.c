@@ -1,0 +1,277 @@
+/* Loading models: the hyper-parameters of each architecture (and the
+ * defaults for keys a file leaves out), tied and separate output matrices,
+ * Llama 3's rope frequency factors and linear rope scaling, and the load
+ * errors a broken file gives, each naming the key or tensor at fault.
+ * Broken files are made by copying a golden model with one edit. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "gguf/gguf_write.h"
+#include "model_testutil.h"
+#include "tensor/ops.h"
+
+/* One change to a copied file. */
+typedef struct edit {
+    const char *drop_key;        /* leave this key out */
+    const char *str_key;         /* set a string key (added or replaced) */
+    const char *str_val;
+    const char *u32_key;         /* set a u32 key (added or replaced) */
+    uint32_t u32_val;
+    const char *f32_key;         /* set an f32 key (added or replaced) */
+    float f32_val;
+    const char *drop_tensor;     /* leave this tensor out */
+    const char *reshape_tensor;  /* give this tensor ne = (ne0, ne1), same bytes */
+    int64_t ne0, ne1;
+    const char *add_tensor;      /* add an F32 vector */
+    const float *add_data;
+    int64_t add_n;
+} edit;
+
+static bool is(const char *a, const char *b)
+{
+    return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
+/* Copies golden/models/<src>.gguf with the edit into the scratch folder and
+ * returns the new file's path (static storage). */
+static const char *copy_with(const char *src, const edit *e)
+{
+    char rel[256], in[4096];
+    snprintf(rel, sizeof(rel), "golden/models/%s.gguf", src);
+    if (testdata_path(in, sizeof(in), rel) == NULL) fail_msg("missing %s", rel);
+    gguf *g = NULL;
+    strata_err err;
+    if (gguf_open(&g, in, &err) != 0) fail_msg("%s", err.msg);
+    gguf_writer *w = gguf_writer_new();
+    const gguf_shard *s = &g->shards[0];
+    for (uint64_t i = 0; i < s->n_kv; i++) {
+        const char *k = s->kvs[i].key;
+        if (is(k, e->drop_key) || is(k, e->str_key) || is(k, e->u32_key) || is(k, e->f32_key)) {
+            continue;
+        }
+        assert_int_equal(gguf_writer_add(w, k, &s->kvs[i].value, &err), 0);
+    }
+    if (e->str_key) assert_int_equal(gguf_writer_add_str(w, e->str_key, e->str_val, &err), 0);
+    if (e->u32_key) assert_int_equal(gguf_writer_add_u32(w, e->u32_key, e->u32_val, &err), 0);
+    if (e->f32_key) assert_int_equal(gguf_writer_add_f32(w, e->f32_key, e->f32_val, &err), 0);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (is(t->name, e->drop_tensor)) continue;
+        int64_t ne[GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof(ne));
+        if (is(t->name, e->reshape_tensor)) {
+            ne[0] = e->ne0;
+            ne[1] = e->ne1;
+        }
+        uint32_t nd = t->n_dims < 2 && is(t->name, e->reshape_tensor) ? 2 : t->n_dims;
+        assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, nd, ne, t->data, &err), 0);
+    }
+    if (e->add_tensor) {
+        int64_t ne[1] = {e->add_n};
+        assert_int_equal(gguf_writer_add_tensor(w, e->add_tensor, 0, 1, ne, e->add_data, &err),
+                         0);
+    }
+    static char out[4200];
+    snprintf(out, sizeof(out), "%s/edited.gguf", testdata_scratch_dir());
+    if (gguf_writer_write_file(w, out, &err) != 0) fail_msg("%s", err.msg);
+    gguf_writer_free(w);
+    gguf_close(g);
+    return out;
+}
+
+/* Expects the load of the edited copy to fail with `code` and a message
+ * containing `needle`. */
+static void load_fails(const char *src, const edit *e, int code, const char *needle)
+{
+    const char *path = copy_with(src, e);
+    model *m = NULL;
+    strata_err err;
+    int rc = model_open(&m, path, &err);
+    if (rc == 0) fail_msg("%s loaded, expected an error with '%s'", src, needle);
+    assert_null(m);
+    assert_int_equal(rc, code);
+    if (strstr(err.msg, needle) == NULL) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+    print_message("refused: %s\n", err.msg);
+}
+
+static void test_architectures(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/llama-F32.gguf");
+    assert_int_equal(m->hp.arch, MODEL_ARCH_LLAMA);
+    assert_int_equal(m->hp.n_embd, 256);
+    assert_int_equal(m->hp.n_layer, 2);
+    assert_int_equal(m->hp.n_head, 4);
+    assert_int_equal(m->hp.n_head_kv, 2);
+    assert_int_equal(m->hp.head_dim, 64);
+    assert_int_equal(m->hp.n_rot, 64);
+    assert_int_equal(m->hp.n_ff, 512);
+    assert_int_equal(m->hp.n_vocab, 512);
+    assert_int_equal(m->hp.rope_mode, TENSOR_ROPE_NORMAL);
+    assert_true(m->hp.rope_freq_scale == 1.0f);
+    assert_false(m->tied_output);
+    assert_null(m->layers[0].bq);
+    assert_null(m->layers[0].q_norm);
+    assert_null(m->rope_freqs);
+    model_close(m);
+
+    MT_OPEN(m, "golden/models/qwen2-Q4_K_M.gguf");
+    assert_int_equal(m->hp.arch, MODEL_ARCH_QWEN2);
+    assert_int_equal(m->hp.rope_mode, TENSOR_ROPE_NEOX);
+    assert_true(m->tied_output);
+    assert_ptr_equal(m->output.data, m->tok_embd.data);
+    assert_non_null(m->layers[1].bq);
+    assert_non_null(m->layers[1].bk);
+    assert_non_null(m->layers[1].bv);
+    model_close(m);
+
+    MT_OPEN(m, "golden/models/qwen3-Q8_0.gguf");
+    assert_int_equal(m->hp.arch, MODEL_ARCH_QWEN3);
+    assert_int_equal(m->hp.rope_mode, TENSOR_ROPE_NEOX);
+    assert_false(m->tied_output);
+    assert_non_null(m->layers[0].q_norm);
+    assert_non_null(m->layers[0].k_norm);
+    assert_null(m->layers[0].bq);
+    model_close(m);
+
+    /* stories260K: no rope.freq_base key (default 10000), head size 8 */
+    MT_OPEN(m, "models/stories260K.gguf");
+    assert_true(m->hp.rope_freq_base == 10000.0f);
+    assert_int_equal(m->hp.head_dim, 8);
+    assert_int_equal(m->hp.n_rot, 8);
+    assert_int_equal(m->hp.n_head_kv, 4);
+    model_close(m);
+}
+
+static void test_defaults_from_missing_keys(void **state)
+{
+    (void)state;
+    TESTDATA_REQUIRE();
+    /* without head_count_kv, rope base and rope dims: n_head_kv = n_head
+     * would not fit attn_k's shape, which must then be the error */
+    edit e = {.drop_key = "llama.attention.head_count_kv"};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "blk.0.attn_k.weight has shape [256, 128], "
+                                                "expected [256, 256]");
+    e = (edit){.drop_key = "llama.rope.dimension_count"};
+    const char *path = copy_with("llama-F32", &e);
+    model *m = NULL;
+    strata_err err;
+    assert_int_equal(model_open(&m, path, &err), 0);
+    assert_int_equal(m->hp.n_rot, 64); /* the head size */
+    model_close(m);
+    e = (edit){.drop_key = "llama.rope.freq_base"};
+    path = copy_with("llama-F32", &e);
+    assert_int_equal(model_open(&m, path, &err), 0);
+    assert_true(m->hp.rope_freq_base == 10000.0f);
+    model_close(m);
+    /* key_length overrides n_embd / n_head (Qwen3 has such heads): here
+     * the file's 64 rotated dims no longer fit the head */
+    e = (edit){.u32_key = "llama.attention.key_length", .u32_val = 32};
+    load_fails("llama-F32", &e, STRATA_EFORMAT,
+               "rope.dimension_count 64 must be even and at most the head size 32");
+}
+
+static void test_load_errors_name_the_culprit(void **state)
+{
+    (void)state;
+    TESTDATA_REQUIRE();
+    edit e = {.drop_tensor = "blk.1.ffn_up.weight"};
+    load_fails("llama-Q4_0", &e, STRATA_EFORMAT, "missing tensor blk.1.ffn_up.weight");
+    e = (edit){.reshape_tensor = "blk.0.attn_k.weight", .ne0 = 128, .ne1 = 256};
+    load_fails("llama-F32", &e, STRATA_EFORMAT,
+               "tensor blk.0.attn_k.weight has shape [128, 256], expected [256, 128]");
+    e = (edit){.reshape_tensor = "output_norm.weight", .ne0 = 128, .ne1 = 2};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "output_norm.weight has shape [128, 2], expected [256]");
+    e = (edit){.drop_tensor = "blk.0.attn_v.bias"};
+    load_fails("qwen2-F32", &e, STRATA_EFORMAT, "missing tensor blk.0.attn_v.bias");
+    e = (edit){.drop_tensor = "blk.1.attn_k_norm.weight"};
+    load_fails("qwen3-F32", &e, STRATA_EFORMAT, "missing tensor blk.1.attn_k_norm.weight");
+    e = (edit){.drop_tensor = "token_embd.weight"};
+    load_fails("qwen2-F32", &e, STRATA_EFORMAT, "missing tensor token_embd.weight");
+    e = (edit){.str_key = "general.architecture", .str_val = "falcon"};
+    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "architecture 'falcon' is not supported");
+    e = (edit){.drop_key = "llama.block_count"};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "missing metadata key llama.block_count");
+    e = (edit){.drop_key = "llama.attention.layer_norm_rms_epsilon"};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "llama.attention.layer_norm_rms_epsilon");
+    e = (edit){.u32_key = "llama.attention.head_count_kv", .u32_val = 3};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "not a multiple of head_count_kv 3");
+    e = (edit){.u32_key = "llama.rope.dimension_count", .u32_val = 63};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "rope.dimension_count 63");
+    e = (edit){.u32_key = "llama.embedding_length", .u32_val = 0};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "llama.embedding_length = 0 is out of range");
+    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "yarn"};
+    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'yarn'");
+    static const float wrong[7] = {1, 1, 1, 1, 1, 1, 1};
+    e = (edit){.add_tensor = "rope_freqs.weight", .add_data = wrong, .add_n = 7};
+    load_fails("llama-F32", &e, STRATA_EFORMAT, "rope_freqs.weight has shape [7], expected [32]");
+}
+
+static void eval_file(const char *path, float *logits)
+{
+    model *m = NULL;
+    strata_err err;
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    static const int32_t ids[] = {1, 411, 336, 226, 167, 464, 248, 467, 5, 369, 225, 303};
+    model_ctx *ctx = mt_ctx(m, 32, 1, 1, 0);
+    mt_eval(ctx, 0, ids, 12, logits);
+    model_ctx_free(ctx);
+    model_close(m);
+}
+
+/* Llama 3's rope frequency factors: factors of 1 change nothing, other
+ * factors change the logits; linear scaling sets the frequency scale. */
+static void test_rope_factors_and_scaling(void **state)
+{
+    (void)state;
+    char base_path[4096];
+    TESTDATA_FILE(base_path, "golden/models/llama-F32.gguf");
+    const size_t bytes = 12 * 512 * sizeof(float);
+    float *base = malloc(bytes), *got = malloc(bytes);
+    eval_file(base_path, base);
+
+    float factors[32];
+    for (int i = 0; i < 32; i++) factors[i] = 1.0f;
+    edit e = {.add_tensor = "rope_freqs.weight", .add_data = factors, .add_n = 32};
+    eval_file(copy_with("llama-F32", &e), got);
+    assert_memory_equal(base, got, bytes);
+
+    for (int i = 16; i < 32; i++) factors[i] = 8.0f; /* the low frequencies slowed down */
+    eval_file(copy_with("llama-F32", &e), got);
+    assert_memory_not_equal(base, got, bytes);
+    assert_memory_equal(base, got, 512 * sizeof(float)); /* position 0 is not rotated */
+
+    model *m = NULL;
+    strata_err err;
+    /* type linear without a factor: no scaling */
+    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "linear"};
+    const char *path = copy_with("llama-F32", &e);
+    assert_int_equal(model_open(&m, path, &err), 0);
+    assert_true(m->hp.rope_freq_scale == 1.0f);
+    model_close(m);
+    /* a factor (the type left out means linear, as llama.cpp reads it) */
+    e = (edit){.f32_key = "llama.rope.scaling.factor", .f32_val = 4.0f};
+    path = copy_with("llama-F32", &e);
+    assert_int_equal(model_open(&m, path, &err), 0);
+    assert_true(m->hp.rope_freq_scale == 0.25f);
+    model_close(m);
+    eval_file(path, got);
+    assert_memory_not_equal(base, got, bytes);
+    free(base);
+    free(got);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_architectures),
+        cmocka_unit_test(test_defaults_from_missing_keys),
+        cmocka_unit_test(test_load_errors_name_the_culprit),
+        cmocka_unit_test(test_rope_factors_and_scaling),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
