@@ -18,6 +18,7 @@ static const command g_commands[] = {
     {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
     {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
+    {"bench", cmd_bench, "prompt and decode speed of a model (a table like llama-bench's)"},
 };
 
 int cli_default_threads(void)
