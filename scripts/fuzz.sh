@@ -11,6 +11,7 @@ data=${STRATA_TEST_DATA:-$here/../shared/data}
 seeds_for() {
     case "$1" in
         fuzz_gguf) echo "$here/tests/fuzz/corpus $data/models $data/tokenizer $data/tokenizer/legacy" ;;
+        fuzz_tokenize) echo "$here/tests/fuzz/corpus-tokenize" ;;
         *) echo "" ;;
     esac
 }

@@ -17,6 +17,7 @@ typedef struct command {
 static const command g_commands[] = {
     {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
+    {"tokenize", cmd_tokenize, "print the token ids (and pieces) a model's tokenizer gives a text"},
     {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
     {"bench", cmd_bench, "prompt and decode speed of a model (a table like llama-bench's)"},
 };
