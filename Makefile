@@ -16,7 +16,7 @@ MODEL       ?=
 all: build
 
 deps:
-	@scripts/deps.sh
+	@bash scripts/deps.sh
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
@@ -24,7 +24,7 @@ build: deps
 
 # The main job. Until `strata serve` exists it describes a model.
 run: build
-	@scripts/run.sh $(BUILD)/strata "$(MODEL)"
+	@bash scripts/run.sh $(BUILD)/strata "$(MODEL)"
 
 # The normal suite: warnings are errors, as in CI.
 check: deps
@@ -43,7 +43,7 @@ asan: deps
 fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTRATA_FUZZ=ON -DSTRATA_TESTS=OFF -DSTRATA_WERROR=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
-	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 test: check asan fuzz
 
