@@ -11,5 +11,6 @@ int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_engine(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const command g_commands[] = {
     {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) a model's tokenizer gives a text"},
     {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
+    {"engine", cmd_engine, "serve one model over the engine protocol on stdin/stdout"},
     {"bench", cmd_bench, "prompt and decode speed of a model (a table like llama-bench's)"},
 };
 

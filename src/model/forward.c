@@ -12,6 +12,8 @@
  *     h = rmsnorm(x) * ffn_norm
  *     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
  *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for
+ *   (model_forward_ex also hands out rmsnorm(x) * output_norm itself, the
+ *   final hidden state, for the tokens asked for: embeddings)
  *
  * Matrix products go to tensor_matmul with all the chunk's tokens at once;
  * everything else is row-wise, split over tokens across the pool (each row
@@ -319,7 +321,8 @@ static int matmul(model_ctx *ctx, const model_matrix *w, const float *x, int64_t
  * logits_out (rows in order) and returns how many through *n_out. */
 static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *seq_ids,
                          const int32_t *pos, const int8_t *want, int64_t n, float *logits_out,
-                         int64_t *n_out, strata_err *err)
+                         int64_t *n_out, const int8_t *want_embd, float *embd_out,
+                         int64_t *n_embd_out, strata_err *err)
 {
     const model *m = ctx->m;
     const model_hparams *hp = &m->hp;
@@ -376,6 +379,24 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
         rows(&j);
     }
     if (rc != 0) return rc;
+
+    /* final hidden states (after output_norm) for the rows asked for */
+    *n_embd_out = 0;
+    if (want_embd != NULL) {
+        int64_t n_e = 0;
+        for (int64_t t = 0; t < n; t++) {
+            if (want_embd[t]) ctx->out_rows[n_e++] = (int32_t)t;
+        }
+        if (n_e > 0) {
+            j.op = ROW_OUT_NORM;
+            j.w = m->output_norm;
+            j.n_rows = n_e;
+            rows(&j);
+            memcpy(embd_out, ctx->xn, (size_t)(n_e * hp->n_embd) * sizeof(float));
+            j.n_rows = n;
+        }
+        *n_embd_out = n_e;
+    }
 
     /* logits for the wanted rows only */
     int64_t n_want = 0;
@@ -465,6 +486,12 @@ static int prepare_batch(model_ctx *ctx, const model_batch *b, strata_err *err)
 
 int model_forward(model_ctx *ctx, const model_batch *b, float *logits_out, strata_err *err)
 {
+    return model_forward_ex(ctx, b, logits_out, NULL, NULL, err);
+}
+
+int model_forward_ex(model_ctx *ctx, const model_batch *b, float *logits_out,
+                     const int8_t *want_embd, float *embd_out, strata_err *err)
+{
     if (b->n_tokens < 0) return strata_err_set(err, STRATA_EINVAL, "batch: negative size");
     if (b->n_tokens == 0) return 0;
     if (logits_out == NULL) {
@@ -474,19 +501,32 @@ int model_forward(model_ctx *ctx, const model_batch *b, float *logits_out, strat
             return strata_err_set(err, STRATA_EINVAL, "batch asks for logits but logits_out is NULL");
         }
     }
+    if (want_embd != NULL && embd_out == NULL) {
+        for (int64_t t = 0; t < b->n_tokens; t++) {
+            if (want_embd[t]) {
+                return strata_err_set(err, STRATA_EINVAL,
+                                      "batch asks for hidden states but embd_out is NULL");
+            }
+        }
+    }
     int rc = prepare_batch(ctx, b, err);
     if (rc != 0) return rc;
     const int64_t n_vocab = ctx->m->hp.n_vocab;
-    int64_t n_out_total = 0;
+    const int64_t n_embd = ctx->m->hp.n_embd;
+    int64_t n_out_total = 0, n_embd_total = 0;
     for (int64_t off = 0; off < b->n_tokens; off += ctx->n_batch) {
         int64_t n = b->n_tokens - off < ctx->n_batch ? b->n_tokens - off : ctx->n_batch;
         int64_t n_out = 0;
         float *dst = logits_out != NULL ? logits_out + n_out_total * n_vocab : NULL;
         const int8_t *want = b->want_logits != NULL ? b->want_logits + off : NULL;
+        const int8_t *want_e = want_embd != NULL ? want_embd + off : NULL;
+        float *dst_e = embd_out != NULL ? embd_out + n_embd_total * n_embd : NULL;
+        int64_t n_e = 0;
         rc = forward_chunk(ctx, b->tokens + off, b->seq_ids + off, b->pos + off, want, n, dst,
-                           &n_out, err);
+                           &n_out, want_e, dst_e, &n_e, err);
         if (rc != 0) return rc;
         n_out_total += n_out;
+        n_embd_total += n_e;
     }
     return 0;
 }

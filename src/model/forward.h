@@ -74,4 +74,15 @@ const model *model_ctx_model(const model_ctx *ctx);
  * The batch's positions are in the cache afterwards. */
 int model_forward(model_ctx *ctx, const model_batch *b, float *logits_out, strata_err *err);
 
+/* As model_forward, and also hands out final hidden states (rmsnorm(x) *
+ * output_norm: what the output matrix multiplies, the input of embedding
+ * pooling). want_embd is (n_tokens) or NULL: a nonzero entry asks for that
+ * token's state; embd_out receives (n_embd_out, n_embd) floats, one row per
+ * token asked for, in batch order (it may be NULL when none is asked for).
+ * A token may be asked for logits, a hidden state, both or neither. The
+ * same checks and errors as model_forward, plus STRATA_EINVAL when a state
+ * is asked for and embd_out is NULL. */
+int model_forward_ex(model_ctx *ctx, const model_batch *b, float *logits_out,
+                     const int8_t *want_embd, float *embd_out, strata_err *err);
+
 #endif

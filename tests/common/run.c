@@ -45,22 +45,45 @@ static int scratch_file(const char *tag)
 
 int run_capture(const char *const *argv, run_result *r)
 {
+    return run_capture_input(argv, NULL, 0, r);
+}
+
+int run_capture_input(const char *const *argv, const char *input, size_t n_input, run_result *r)
+{
     memset(r, 0, sizeof(*r));
+    int in_fd = -1;
+    if (input != NULL) {
+        in_fd = scratch_file("stdin");
+        if (in_fd < 0) return -1;
+        size_t off = 0;
+        while (off < n_input) {
+            ssize_t k = write(in_fd, input + off, n_input - off);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                close(in_fd);
+                return -1;
+            }
+            off += (size_t)k;
+        }
+        lseek(in_fd, 0, SEEK_SET);
+    }
     int out_fd = scratch_file("stdout");
     int err_fd = scratch_file("stderr");
     if (out_fd < 0 || err_fd < 0) {
         if (out_fd >= 0) close(out_fd);
         if (err_fd >= 0) close(err_fd);
+        if (in_fd >= 0) close(in_fd);
         return -1;
     }
     pid_t pid = fork();
     if (pid < 0) {
         close(out_fd);
         close(err_fd);
+        if (in_fd >= 0) close(in_fd);
         return -1;
     }
     if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
+        int in = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
         if (in >= 0) dup2(in, 0);
         dup2(out_fd, 1);
         dup2(err_fd, 2);
@@ -76,6 +99,7 @@ int run_capture(const char *const *argv, run_result *r)
     r->err = slurp_fd(err_fd, &r->err_len);
     close(out_fd);
     close(err_fd);
+    if (in_fd >= 0) close(in_fd);
     return 0;
 }
 

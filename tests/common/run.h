@@ -18,6 +18,9 @@ typedef struct run_result {
  * program could not be started. */
 int run_capture(const char *const *argv, run_result *r);
 
+/* As run_capture, with stdin reading the n_input bytes of input. */
+int run_capture_input(const char *const *argv, const char *input, size_t n_input, run_result *r);
+
 void run_result_free(run_result *r);
 
 #endif

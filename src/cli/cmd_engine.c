@@ -1,0 +1,122 @@
+/* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]`:
+ * the engine process. It speaks the engine protocol (src/engine/
+ * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
+ * it, and a person can drive it by hand:
+ *
+ *   echo '{"op":"gen","id":1,"tokens":[1,403,407,261,378],"max_tokens":8}' |
+ *       strata engine -m model.gguf
+ *
+ * This file only parses options and loads the model; the loop is
+ * engine_serve (src/engine/engine_loop.h). */
+#include "cli.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/engine_loop.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void engine_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n\n"
+            "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
+            "stderr (STRATA_LOG=debug for one line per request).\n\n"
+            "  -m, --model PATH    the GGUF model\n"
+            "  --slots K           sequences generated at once (default %d); more wait in a queue\n"
+            "  --ctx N             tokens per request, prompt + generated (default %d, or the\n"
+            "                      model's training context if smaller); the KV cache holds\n"
+            "                      K x N positions\n"
+            "  -t, --threads N     threads of the forward pass (default: the CPUs)\n"
+            "  --batch B           token budget of one step: all decoding sequences plus\n"
+            "                      prompt chunks (default %d)\n",
+            ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_BATCH);
+}
+
+static int parse_int(const char *opt, const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno != 0 || x < lo || x > hi) {
+        fprintf(stderr, "strata engine: %s wants an integer from %lld to %lld, not '%s'\n", opt,
+                lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cmd_engine(int argc, char **argv)
+{
+    const char *path = NULL;
+    long long slots = ENGINE_DEFAULT_SLOTS, n_ctx = 0, threads = cli_default_threads();
+    long long batch = ENGINE_DEFAULT_BATCH;
+    for (int i = 1; i < argc; i += 2) { /* option, value */
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            engine_usage(stdout);
+            return 0;
+        } else if (v == NULL) {
+            fprintf(stderr, "strata engine: '%s' needs a value or is unknown\n", a);
+            return 2;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            path = v;
+        } else if (strcmp(a, "--slots") == 0) {
+            rc = parse_int(a, v, 1, 4096, &slots);
+        } else if (strcmp(a, "--ctx") == 0) {
+            rc = parse_int(a, v, 1, 1 << 24, &n_ctx);
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            rc = parse_int(a, v, 1, 512, &threads);
+        } else if (strcmp(a, "--batch") == 0) {
+            rc = parse_int(a, v, 1, 1 << 20, &batch);
+        } else {
+            fprintf(stderr, "strata engine: unknown option '%s'\n", a);
+            engine_usage(stderr);
+            return 2;
+        }
+        if (rc != 0) return 2;
+    }
+    if (path == NULL) {
+        engine_usage(stderr);
+        return 2;
+    }
+    /* A server that goes away must not kill us mid-write: the write fails
+     * with EPIPE instead and the loop ends. */
+    signal(SIGPIPE, SIG_IGN);
+
+    strata_err err;
+    model *m = NULL;
+    engine *e = NULL;
+    int rc = model_open(&m, path, &err);
+    if (rc == 0) {
+        engine_params p = {.n_slots = (int)slots, .n_ctx = n_ctx, .n_batch = batch,
+                           .n_threads = (int)threads};
+        rc = engine_init(&e, m, &p, &err);
+    }
+    if (rc == 0) {
+        proto_msg ready;
+        engine_ready(e, &ready);
+        LOG_INFO("engine: %s (%s, %" PRId64 " layers, vocab %" PRId64 "): %lld slots of %" PRId64
+                 " tokens, batch %" PRId64 ", %lld threads, KV %.1f MiB",
+                 path, ready.u.ready.arch, ready.u.ready.n_layer, ready.u.ready.n_vocab, slots,
+                 ready.u.ready.n_ctx, ready.u.ready.n_batch, threads,
+                 (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0));
+        rc = engine_serve(e, STDIN_FILENO, STDOUT_FILENO, 0, &err);
+    }
+    if (rc != 0) fprintf(stderr, "strata engine: %s\n", err.msg);
+    else LOG_INFO("engine: shut down");
+    engine_free(e);
+    model_close(m);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,799 @@
+/* The scheduler of engine.h: requests, slots, the FIFO queue, building one
+ * batch per step, sampling, embeddings pooling and each request's
+ * statistics. Every buffer a step uses is allocated in engine_init; a
+ * request allocates its sampler when it is admitted into a slot (not while
+ * it waits, so a long queue costs only its prompts). */
+#include "engine/engine.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/rng.h"
+#include "model/forward.h"
+#include "sample/sampler.h"
+#include "text/vocab.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum req_state {
+    REQ_QUEUED,
+    REQ_PREFILL,
+    REQ_DECODE,
+} req_state;
+
+/* One gen or embed from arrival to its terminal message. */
+typedef struct engine_req {
+    int64_t id;
+    bool is_embed;
+    proto_msg msg;            /* the request as decoded: owns tokens, bias, stop tokens */
+    const int32_t *prompt;    /* (n_prompt) msg's tokens */
+    int64_t n_prompt;
+    int64_t max_tokens;       /* -1: until the context is full */
+    int32_t logprobs;         /* -1 none; 0 chosen only; N: and the top N */
+    proto_pooling pooling;    /* embed: never DEFAULT once queued */
+    req_state state;
+    bool cancelled;
+    int slot;                 /* the KV sequence; -1 while queued */
+    int64_t order;            /* admission number: prefill goes oldest first */
+    int64_t n_done;           /* prompt tokens in the KV */
+    int64_t n_gen;            /* tokens sent */
+    int32_t next_tok;         /* REQ_DECODE: sampled and sent, not yet in the KV */
+    sampler *smp;             /* gen, from admission */
+    double *embd_sum;         /* embed, from admission: (n_embd) */
+    int64_t n_pooled;
+    double t_prompt_start;    /* ms, start of its first prefill step; < 0 before */
+    double t_prompt_end;      /* ms, end of its last prefill step; < 0 before */
+    /* this step's part of the batch */
+    int64_t step_n;           /* tokens */
+    int64_t step_logit_row;   /* row of logits, -1 none */
+    int64_t step_embd_row;    /* first row of hidden states */
+    int64_t step_n_embd;
+    struct engine_req *next;  /* queue link */
+} engine_req;
+
+struct engine {
+    const model *m;
+    model_ctx *ctx;
+    kv_cache *kv;
+    int n_slots;
+    int64_t n_ctx, n_batch, n_vocab, n_embd;
+    uint8_t *is_eog;          /* (n_vocab) end-of-generation tokens */
+    proto_pooling model_pooling;
+    bool accepting;
+    engine_req **slots;       /* (n_slots) running requests, NULL when free */
+    engine_req *queue_head, *queue_tail;
+    int64_t n_queued;
+    int64_t n_admitted;
+    uint64_t seed_state;      /* for requests without a seed */
+    /* one step's batch: (n_batch) each */
+    int32_t *b_tok, *b_seq, *b_pos;
+    int8_t *b_want, *b_want_embd;
+    engine_req **b_reqs;      /* (n_slots) requests in the batch, in batch order */
+    engine_req **b_prefill;   /* (n_slots) prefilling requests, oldest admission first */
+    float *vec;               /* (n_embd) an embedding being sent */
+    float *logits;            /* (n_slots, n_vocab) */
+    float *embd;              /* (n_batch, n_embd) */
+    char kv_type[8];
+    char arch[32];
+};
+
+/* ---- set-up ---- */
+
+/* End-of-generation ids: from the vocab (which knows EOT-like tokens by
+ * text too), else the GGUF's eos/eot ids. */
+static void load_eog(engine *e)
+{
+    vocab *v = NULL;
+    strata_err err;
+    if (vocab_load(&v, e->m->g, &err) == 0) {
+        int32_t n = vocab_n_tokens(v);
+        for (int32_t t = 0; t < n && t < e->n_vocab; t++) e->is_eog[t] = vocab_is_eog(v, t);
+        vocab_free(v);
+        return;
+    }
+    LOG_WARN("engine: no usable vocab (%s); end of generation = the GGUF's eos/eot ids", err.msg);
+    static const char *const keys[] = {"tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.eot_token_id"};
+    for (size_t i = 0; i < 2; i++) {
+        int64_t id;
+        if (gguf_get_int(e->m->g, keys[i], &id, NULL) == 0 && id >= 0 && id < e->n_vocab) {
+            e->is_eog[id] = 1;
+        }
+    }
+}
+
+/* {arch}.pooling_type as llama.cpp numbers it: 1 mean, 2 cls, 3 last. */
+static proto_pooling load_pooling(const model *m)
+{
+    char key[96];
+    gguf_str arch = gguf_arch(m->g);
+    snprintf(key, sizeof(key), "%.*s.pooling_type", (int)arch.len, arch.ptr);
+    int64_t v;
+    if (gguf_get_int(m->g, key, &v, NULL) == 0) {
+        if (v == 2) return PROTO_POOLING_CLS;
+        if (v == 3) return PROTO_POOLING_LAST;
+    }
+    return PROTO_POOLING_MEAN;
+}
+
+int engine_init(engine **out, const model *m, const engine_params *p, strata_err *err)
+{
+    *out = NULL;
+    int n_slots = p->n_slots > 0 ? p->n_slots : ENGINE_DEFAULT_SLOTS;
+    int64_t n_ctx = p->n_ctx;
+    if (n_ctx <= 0) {
+        n_ctx = ENGINE_DEFAULT_CTX;
+        if (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < n_ctx) n_ctx = m->hp.n_ctx_train;
+    }
+    int64_t n_batch = p->n_batch > 0 ? p->n_batch : ENGINE_DEFAULT_BATCH;
+    if (n_batch < n_slots) n_batch = n_slots;
+    if (n_slots > 4096 || n_ctx > ((int64_t)1 << 30) || n_batch > ((int64_t)1 << 20)) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: %d slots, context %" PRId64 ", batch %" PRId64
+                              " (at most 4096, 2^30, 2^20)",
+                              n_slots, n_ctx, n_batch);
+    }
+    engine *e = calloc(1, sizeof(*e));
+    if (e == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    e->m = m;
+    e->n_slots = n_slots;
+    e->n_ctx = n_ctx;
+    e->n_batch = n_batch;
+    e->n_vocab = m->hp.n_vocab;
+    e->n_embd = m->hp.n_embd;
+    e->accepting = true;
+    e->seed_state = (uint64_t)strata_clock_ns();
+    snprintf(e->kv_type, sizeof(e->kv_type), "f16");
+    snprintf(e->arch, sizeof(e->arch), "%s", m->hp.arch_name ? m->hp.arch_name : "?");
+    /* Every slot can hold a full context: whole blocks per slot. */
+    int64_t per_slot = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS;
+    model_ctx_params cp = {.n_ctx = per_slot * n_slots, .n_seq_max = n_slots,
+                           .n_batch = n_batch, .n_threads = p->n_threads};
+    int rc = model_ctx_init(&e->ctx, m, &cp, err);
+    if (rc != 0) {
+        free(e);
+        return rc;
+    }
+    e->kv = model_ctx_kv(e->ctx);
+    size_t nb = (size_t)n_batch;
+    e->is_eog = calloc((size_t)e->n_vocab, 1);
+    e->slots = calloc((size_t)n_slots, sizeof(engine_req *));
+    e->b_tok = malloc(nb * sizeof(int32_t));
+    e->b_seq = malloc(nb * sizeof(int32_t));
+    e->b_pos = malloc(nb * sizeof(int32_t));
+    e->b_want = malloc(nb);
+    e->b_want_embd = malloc(nb);
+    e->b_reqs = malloc((size_t)n_slots * sizeof(engine_req *));
+    e->b_prefill = malloc((size_t)n_slots * sizeof(engine_req *));
+    e->vec = malloc((size_t)e->n_embd * sizeof(float));
+    e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
+    e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
+    if (!e->is_eog || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
+        !e->b_want_embd || !e->b_reqs || !e->b_prefill || !e->vec || !e->logits || !e->embd) {
+        engine_free(e);
+        return strata_err_set(err, STRATA_ENOMEM, "engine: out of memory for its buffers");
+    }
+    load_eog(e);
+    e->model_pooling = load_pooling(m);
+    *out = e;
+    return 0;
+}
+
+static void req_free(engine_req *r)
+{
+    if (r == NULL) return;
+    sampler_free(r->smp);
+    free(r->embd_sum);
+    proto_msg_free(&r->msg);
+    free(r);
+}
+
+void engine_free(engine *e)
+{
+    if (e == NULL) return;
+    for (int s = 0; e->slots != NULL && s < e->n_slots; s++) req_free(e->slots[s]);
+    for (engine_req *r = e->queue_head; r != NULL;) {
+        engine_req *next = r->next;
+        req_free(r);
+        r = next;
+    }
+    model_ctx_free(e->ctx);
+    free(e->is_eog);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_seq);
+    free(e->b_pos);
+    free(e->b_want);
+    free(e->b_want_embd);
+    free(e->b_reqs);
+    free(e->b_prefill);
+    free(e->vec);
+    free(e->logits);
+    free(e->embd);
+    free(e);
+}
+
+void engine_ready(const engine *e, proto_msg *out)
+{
+    const kv_cache *kv = e->kv;
+    memset(out, 0, sizeof(*out));
+    out->op = PROTO_OP_READY;
+    proto_ready *r = &out->u.ready;
+    r->protocol = PROTOCOL_VERSION;
+    r->arch = e->arch;
+    r->n_ctx_train = e->m->hp.n_ctx_train;
+    r->n_vocab = e->n_vocab;
+    r->n_embd = e->n_embd;
+    r->n_layer = e->m->hp.n_layer;
+    r->slots = e->n_slots;
+    r->n_ctx = e->n_ctx;
+    r->n_batch = e->n_batch;
+    r->kv_type = e->kv_type;
+    r->kv_block_tokens = kv->block_tokens;
+    r->kv_n_blocks = kv->n_blocks;
+    r->kv_bytes = (int64_t)kv->n_blocks * kv->n_layer *
+                  (int64_t)(kv->k_block_bytes + kv->v_block_bytes);
+}
+
+bool engine_accepting(const engine *e)
+{
+    return e->accepting;
+}
+
+void engine_stop_accepting(engine *e)
+{
+    e->accepting = false;
+}
+
+bool engine_busy(const engine *e)
+{
+    return e->queue_head != NULL || engine_n_running(e) > 0;
+}
+
+int engine_n_running(const engine *e)
+{
+    int n = 0;
+    for (int s = 0; s < e->n_slots; s++) n += e->slots[s] != NULL;
+    return n;
+}
+
+int64_t engine_n_queued(const engine *e)
+{
+    return e->n_queued;
+}
+
+/* ---- output ---- */
+
+/* Appends m; an encoding failure (out of memory) can only be logged. */
+static void emit(proto_buf *out, const proto_msg *m)
+{
+    strata_err err;
+    if (proto_encode(m, out, &err) != 0) LOG_ERROR("engine: %s", err.msg);
+}
+
+static void emit_err(proto_buf *out, bool has_id, int64_t id, const char *code,
+                     const char *message)
+{
+    strata_err err;
+    if (proto_encode_err(out, has_id ? id : -1, code, message, &err) != 0) {
+        LOG_ERROR("engine: %s", err.msg);
+    }
+}
+
+static engine_req *find_req(const engine *e, int64_t id)
+{
+    for (int s = 0; s < e->n_slots; s++) {
+        if (e->slots[s] != NULL && e->slots[s]->id == id) return e->slots[s];
+    }
+    for (engine_req *r = e->queue_head; r != NULL; r = r->next) {
+        if (r->id == id) return r;
+    }
+    return NULL;
+}
+
+/* Ends a running request: releases its slot and frees it. */
+static void release(engine *e, engine_req *r)
+{
+    if (r->slot >= 0) {
+        kv_seq_remove(e->kv, r->slot);
+        e->slots[r->slot] = NULL;
+    }
+    req_free(r);
+}
+
+static void finish(engine *e, engine_req *r, proto_finish f, proto_buf *out)
+{
+    double now = strata_clock_ms();
+    proto_msg m = {.op = PROTO_OP_DONE, .has_id = true, .id = r->id};
+    m.u.done.finish = f;
+    proto_stats *s = &m.u.done.stats;
+    s->prompt_n = r->n_done;
+    s->cached_n = 0;
+    s->predicted_n = r->n_gen;
+    if (r->t_prompt_start >= 0) {
+        double end = r->t_prompt_end >= 0 ? r->t_prompt_end : now;
+        s->prompt_ms = end - r->t_prompt_start;
+    }
+    if (r->t_prompt_end >= 0) s->predicted_ms = now - r->t_prompt_end;
+    emit(out, &m);
+    LOG_DEBUG("engine: id %" PRId64 " %s: prompt %" PRId64 " in %.1f ms, %" PRId64
+              " tokens in %.1f ms",
+              r->id, proto_finish_name(f), s->prompt_n, s->prompt_ms, s->predicted_n,
+              s->predicted_ms);
+    release(e, r);
+}
+
+static void finish_err(engine *e, engine_req *r, const char *code, const char *message,
+                       proto_buf *out)
+{
+    emit_err(out, true, r->id, code, message);
+    release(e, r);
+}
+
+/* ---- arrival ---- */
+
+/* The checks of engine.h's "admission"; fills message on failure. */
+static bool check_request(const engine *e, const proto_msg *m, char *code_out,
+                          size_t code_size, char *message, size_t message_size)
+{
+    const int32_t *toks = m->op == PROTO_OP_GEN ? m->u.gen.tokens : m->u.embed.tokens;
+    size_t n = m->op == PROTO_OP_GEN ? m->u.gen.n_tokens : m->u.embed.n_tokens;
+    const char *op = proto_op_name(m->op);
+    snprintf(code_out, code_size, "%s", PROTO_ERR_BAD_REQUEST);
+    for (size_t i = 0; i < n; i++) {
+        if (toks[i] >= e->n_vocab) {
+            snprintf(message, message_size,
+                     "%s: tokens[%zu] = %" PRId32 " is outside the vocabulary [0, %" PRId64 ")",
+                     op, i, toks[i], e->n_vocab);
+            return false;
+        }
+    }
+    int64_t n_prompt = (int64_t)n;
+    if (m->op == PROTO_OP_EMBED) {
+        if (n_prompt > e->n_ctx) {
+            snprintf(code_out, code_size, "%s", PROTO_ERR_CONTEXT_LENGTH);
+            snprintf(message, message_size,
+                     "embed: the input is %" PRId64 " tokens; the context holds %" PRId64,
+                     n_prompt, e->n_ctx);
+            return false;
+        }
+        return true;
+    }
+    const proto_gen *g = &m->u.gen;
+    for (size_t i = 0; i < g->n_stop_tokens; i++) {
+        if (g->stop_tokens[i] >= e->n_vocab) {
+            snprintf(message, message_size,
+                     "gen: stop_tokens[%zu] = %" PRId32 " is outside the vocabulary [0, %" PRId64
+                     ")",
+                     i, g->stop_tokens[i], e->n_vocab);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < g->sampling.n_logit_bias; i++) {
+        if (g->sampling.logit_bias[i].token >= e->n_vocab) {
+            snprintf(message, message_size,
+                     "gen: sampling.logit_bias names token %" PRId32
+                     ", outside the vocabulary [0, %" PRId64 ")",
+                     g->sampling.logit_bias[i].token, e->n_vocab);
+            return false;
+        }
+    }
+    /* prompt + max_tokens <= n_ctx; with no max, room for one token at least */
+    int64_t want = g->max_tokens >= 0 ? g->max_tokens : 1;
+    if (n_prompt > e->n_ctx || want > e->n_ctx - n_prompt) {
+        snprintf(code_out, code_size, "%s", PROTO_ERR_CONTEXT_LENGTH);
+        if (g->max_tokens >= 0) {
+            snprintf(message, message_size,
+                     "gen: the prompt (%" PRId64 " tokens) plus max_tokens (%" PRId64
+                     ") is more than the context of %" PRId64 " tokens",
+                     n_prompt, g->max_tokens, e->n_ctx);
+        } else {
+            snprintf(message, message_size,
+                     "gen: the prompt (%" PRId64 " tokens) leaves no room to generate in the "
+                     "context of %" PRId64 " tokens",
+                     n_prompt, e->n_ctx);
+        }
+        return false;
+    }
+    return true;
+}
+
+static void enqueue(engine *e, proto_msg *m)
+{
+    engine_req *r = calloc(1, sizeof(*r));
+    if (r == NULL) return; /* the caller checked; see engine_handle */
+    r->id = m->id;
+    r->msg = *m;
+    memset(m, 0, sizeof(*m)); /* the request owns the arrays now */
+    r->is_embed = r->msg.op == PROTO_OP_EMBED;
+    if (r->is_embed) {
+        r->prompt = r->msg.u.embed.tokens;
+        r->n_prompt = (int64_t)r->msg.u.embed.n_tokens;
+        r->max_tokens = 0;
+        r->logprobs = -1;
+        r->pooling = r->msg.u.embed.pooling != PROTO_POOLING_DEFAULT ? r->msg.u.embed.pooling
+                                                                    : e->model_pooling;
+    } else {
+        r->prompt = r->msg.u.gen.tokens;
+        r->n_prompt = (int64_t)r->msg.u.gen.n_tokens;
+        r->max_tokens = r->msg.u.gen.max_tokens;
+        r->logprobs = r->msg.u.gen.logprobs;
+    }
+    r->state = REQ_QUEUED;
+    r->slot = -1;
+    r->t_prompt_start = r->t_prompt_end = -1.0;
+    if (e->queue_tail != NULL) e->queue_tail->next = r;
+    else e->queue_head = r;
+    e->queue_tail = r;
+    e->n_queued++;
+}
+
+void engine_handle(engine *e, proto_msg *m, proto_buf *out)
+{
+    switch (m->op) {
+    case PROTO_OP_PING: {
+        proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = m->id};
+        emit(out, &pong);
+        return;
+    }
+    case PROTO_OP_STOP: {
+        engine_req *r = find_req(e, m->id);
+        if (r != NULL) r->cancelled = true;
+        return;
+    }
+    case PROTO_OP_SHUTDOWN: e->accepting = false; return;
+    case PROTO_OP_GEN:
+    case PROTO_OP_EMBED: break;
+    default: {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "the engine does not take \"%s\"", proto_op_name(m->op));
+        emit_err(out, false, 0, PROTO_ERR_UNKNOWN_OP, msg);
+        return;
+    }
+    }
+    char code[32], message[320];
+    if (find_req(e, m->id) != NULL) {
+        /* Answering with the id would end the request that has it. */
+        snprintf(message, sizeof(message), "%s: id %" PRId64 " is already in flight",
+                 proto_op_name(m->op), m->id);
+        emit_err(out, false, 0, PROTO_ERR_DUPLICATE_ID, message);
+        return;
+    }
+    if (!e->accepting) {
+        snprintf(message, sizeof(message), "%s: the engine is shutting down",
+                 proto_op_name(m->op));
+        emit_err(out, true, m->id, PROTO_ERR_SHUTTING_DOWN, message);
+        return;
+    }
+    if (!check_request(e, m, code, sizeof(code), message, sizeof(message))) {
+        emit_err(out, true, m->id, code, message);
+        return;
+    }
+    int64_t id = m->id;
+    int64_t before = e->n_queued;
+    enqueue(e, m);
+    if (e->n_queued == before) {
+        emit_err(out, true, id, PROTO_ERR_INTERNAL, "out of memory for the request");
+    }
+}
+
+void engine_handle_bad_line(engine *e, const char *code, bool has_id, int64_t id,
+                            const char *message, proto_buf *out)
+{
+    if (has_id && find_req(e, id) != NULL) {
+        char msg[PROTO_ERROR_MSG_MAX + 64];
+        snprintf(msg, sizeof(msg), "a line naming id %" PRId64 " (in flight, left running): %s",
+                 id, message);
+        emit_err(out, false, 0, code, msg);
+        return;
+    }
+    emit_err(out, has_id, id, code, message);
+}
+
+/* ---- admission into slots ---- */
+
+static uint64_t pick_seed(engine *e, int64_t id)
+{
+    e->seed_state ^= (uint64_t)id * 0x9e3779b97f4a7c15ULL;
+    return strata_splitmix64(&e->seed_state) & (uint64_t)INT64_MAX;
+}
+
+/* Gives r slot s: its sampler or pooling buffer, an empty KV sequence. */
+static int admit(engine *e, engine_req *r, int s, strata_err *err)
+{
+    if (r->is_embed) {
+        r->embd_sum = calloc((size_t)e->n_embd, sizeof(double));
+        if (r->embd_sum == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    } else {
+        const proto_gen *g = &r->msg.u.gen;
+        const proto_sampling *ps = &g->sampling;
+        sample_params sp = {
+            .temperature = ps->temperature, .top_k = ps->top_k, .top_p = ps->top_p,
+            .min_p = ps->min_p, .typical_p = ps->typical_p, .repeat_penalty = ps->repeat_penalty,
+            .presence_penalty = ps->presence_penalty,
+            .frequency_penalty = ps->frequency_penalty, .penalty_last_n = ps->penalty_last_n,
+            .seed = ps->has_seed ? ps->seed : pick_seed(e, r->id),
+        };
+        /* proto_bias and sample_bias have the same fields; copy to be safe */
+        sample_bias *bias = NULL;
+        if (ps->n_logit_bias > 0) {
+            bias = malloc(ps->n_logit_bias * sizeof(sample_bias));
+            if (bias == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+            for (size_t i = 0; i < ps->n_logit_bias; i++) {
+                bias[i].token = ps->logit_bias[i].token;
+                bias[i].bias = ps->logit_bias[i].bias;
+            }
+        }
+        sp.bias = bias;
+        sp.n_bias = ps->n_logit_bias;
+        int rc = sampler_new(&r->smp, &sp, (int32_t)e->n_vocab, err);
+        free(bias); /* sampler_new copies it */
+        if (rc != 0) return rc;
+    }
+    int rc = kv_seq_add(e->kv, s, err);
+    if (rc != 0) return rc;
+    r->slot = s;
+    r->state = REQ_PREFILL;
+    r->order = e->n_admitted++;
+    e->slots[s] = r;
+    return 0;
+}
+
+/* ---- sampling ---- */
+
+static bool is_stop_token(const engine_req *r, int32_t tok)
+{
+    const proto_gen *g = &r->msg.u.gen;
+    for (size_t i = 0; i < g->n_stop_tokens; i++) {
+        if (g->stop_tokens[i] == tok) return true;
+    }
+    return false;
+}
+
+static float finite_or_floor(double x)
+{
+    return x >= -FLT_MAX ? (float)x : -FLT_MAX;
+}
+
+/* log-softmax of the raw logits: the chosen token's, and the top n. */
+static void compute_logprobs(const engine *e, const float *logits, int32_t tok, int32_t n_top,
+                             proto_logprob *lp, proto_top *top)
+{
+    float max = logits[0];
+    for (int64_t i = 1; i < e->n_vocab; i++) max = logits[i] > max ? logits[i] : max;
+    double sum = 0.0;
+    for (int64_t i = 0; i < e->n_vocab; i++) sum += exp((double)logits[i] - (double)max);
+    double log_z = (double)max + log(sum);
+    lp->token = tok;
+    lp->logprob = finite_or_floor((double)logits[tok] - log_z);
+    lp->top = top;
+    lp->n_top = 0;
+    /* top n by insertion (n <= PROTO_MAX_LOGPROBS); ties keep the lower id first */
+    size_t k = 0;
+    for (int64_t i = 0; i < e->n_vocab && n_top > 0; i++) {
+        float v = logits[i];
+        if (k == (size_t)n_top && !(v > top[k - 1].logprob)) continue;
+        size_t j = k < (size_t)n_top ? k++ : k - 1;
+        while (j > 0 && v > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].token = (int32_t)i;
+        top[j].logprob = v;
+    }
+    for (size_t i = 0; i < k; i++) top[i].logprob = finite_or_floor(top[i].logprob - log_z);
+    lp->n_top = k;
+}
+
+/* A gen's logits came out: sample, then send the token or end. */
+static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *out)
+{
+    int32_t tok = sampler_sample(r->smp, logits);
+    sampler_accept(r->smp, tok);
+    const proto_gen *g = &r->msg.u.gen;
+    if ((!g->ignore_eos && e->is_eog[tok]) || is_stop_token(r, tok)) {
+        finish(e, r, PROTO_FINISH_STOP, out);
+        return;
+    }
+    proto_logprob lp;
+    proto_top top[PROTO_MAX_LOGPROBS];
+    proto_msg m = {.op = PROTO_OP_TOK, .has_id = true, .id = r->id};
+    m.u.tok.tokens = &tok;
+    m.u.tok.n_tokens = 1;
+    if (r->logprobs >= 0) {
+        compute_logprobs(e, logits, tok, r->logprobs, &lp, top);
+        m.u.tok.logprobs = &lp;
+    }
+    emit(out, &m);
+    r->n_gen++;
+    if ((r->max_tokens >= 0 && r->n_gen >= r->max_tokens) || r->n_prompt + r->n_gen >= e->n_ctx) {
+        finish(e, r, PROTO_FINISH_LENGTH, out);
+        return;
+    }
+    r->next_tok = tok;
+    r->state = REQ_DECODE;
+}
+
+/* An embed's prompt is all in: pool, normalise, send. */
+static void finish_embed(engine *e, engine_req *r, proto_buf *out)
+{
+    float *vec = e->vec;
+    double norm = 0.0;
+    double n = r->pooling == PROTO_POOLING_MEAN ? (double)r->n_pooled : 1.0;
+    for (int64_t i = 0; i < e->n_embd; i++) {
+        double v = r->embd_sum[i] / (n > 0 ? n : 1.0);
+        r->embd_sum[i] = v;
+        norm += v * v;
+    }
+    norm = sqrt(norm);
+    for (int64_t i = 0; i < e->n_embd; i++) {
+        vec[i] = (float)(norm > 0 ? r->embd_sum[i] / norm : 0.0);
+    }
+    proto_msg m = {.op = PROTO_OP_EMB, .has_id = true, .id = r->id,
+                   .u.emb = {.vector = vec, .n = (size_t)e->n_embd}};
+    emit(out, &m);
+    finish(e, r, PROTO_FINISH_STOP, out);
+}
+
+/* ---- the step ---- */
+
+static void end_cancelled(engine *e, proto_buf *out)
+{
+    engine_req **link = &e->queue_head;
+    engine_req *prev = NULL;
+    while (*link != NULL) {
+        engine_req *r = *link;
+        if (!r->cancelled) {
+            prev = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        if (e->queue_tail == r) e->queue_tail = prev;
+        e->n_queued--;
+        r->next = NULL;
+        finish(e, r, PROTO_FINISH_CANCELLED, out);
+    }
+    for (int s = 0; s < e->n_slots; s++) {
+        if (e->slots[s] != NULL && e->slots[s]->cancelled) {
+            finish(e, e->slots[s], PROTO_FINISH_CANCELLED, out);
+        }
+    }
+}
+
+static void admit_queued(engine *e, proto_buf *out)
+{
+    for (int s = 0; s < e->n_slots && e->queue_head != NULL; s++) {
+        if (e->slots[s] != NULL) continue;
+        engine_req *r = e->queue_head;
+        e->queue_head = r->next;
+        if (e->queue_head == NULL) e->queue_tail = NULL;
+        e->n_queued--;
+        r->next = NULL;
+        strata_err err;
+        if (admit(e, r, s, &err) != 0) {
+            LOG_ERROR("engine: id %" PRId64 ": %s", r->id, err.msg);
+            finish_err(e, r, PROTO_ERR_INTERNAL, err.msg, out);
+            s--; /* the slot is still free */
+        }
+    }
+}
+
+/* Appends tokens [from, from + n) of r's prompt (or its pending token) to
+ * the batch at *n_b. */
+static void batch_add(engine *e, engine_req *r, const int32_t *toks, int64_t pos0, int64_t n,
+                      int64_t *n_b)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = *n_b + i;
+        e->b_tok[k] = toks[i];
+        e->b_seq[k] = r->slot;
+        e->b_pos[k] = (int32_t)(pos0 + i);
+        e->b_want[k] = 0;
+        e->b_want_embd[k] = 0;
+    }
+    *n_b += n;
+}
+
+void engine_step(engine *e, proto_buf *out)
+{
+    end_cancelled(e, out);
+    admit_queued(e, out);
+    const double t_start = strata_clock_ms();
+
+    /* the batch: decoding sequences first, one token each */
+    int64_t n_b = 0, n_logits = 0, n_embd_rows = 0;
+    int n_reqs = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        engine_req *r = e->slots[s];
+        if (r == NULL || r->state != REQ_DECODE) continue;
+        r->step_n = 1;
+        r->step_logit_row = n_logits++;
+        r->step_n_embd = 0;
+        batch_add(e, r, &r->next_tok, r->n_prompt + r->n_gen - 1, 1, &n_b);
+        e->b_want[n_b - 1] = 1;
+        e->b_reqs[n_reqs++] = r;
+    }
+    /* then prompt chunks, oldest admission first, up to the budget */
+    engine_req **pre = e->b_prefill;
+    int n_pre = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        engine_req *r = e->slots[s];
+        if (r == NULL || r->state != REQ_PREFILL) continue;
+        int i = n_pre++;
+        while (i > 0 && pre[i - 1]->order > r->order) {
+            pre[i] = pre[i - 1];
+            i--;
+        }
+        pre[i] = r;
+    }
+    for (int i = 0; i < n_pre && n_b < e->n_batch; i++) {
+        engine_req *r = pre[i];
+        int64_t take = r->n_prompt - r->n_done;
+        if (take > e->n_batch - n_b) take = e->n_batch - n_b;
+        int64_t first = n_b;
+        batch_add(e, r, r->prompt + r->n_done, r->n_done, take, &n_b);
+        r->step_n = take;
+        r->step_logit_row = -1;
+        bool last_chunk = r->n_done + take == r->n_prompt;
+        if (r->is_embed) {
+            r->step_embd_row = n_embd_rows;
+            r->step_n_embd = 0;
+            for (int64_t k = 0; k < take; k++) {
+                int64_t p = r->n_done + k;
+                bool want = r->pooling == PROTO_POOLING_MEAN ||
+                            (r->pooling == PROTO_POOLING_CLS && p == 0) ||
+                            (r->pooling == PROTO_POOLING_LAST && p == r->n_prompt - 1);
+                e->b_want_embd[first + k] = want;
+                r->step_n_embd += want;
+            }
+            n_embd_rows += r->step_n_embd;
+        } else if (last_chunk && r->max_tokens != 0) {
+            e->b_want[n_b - 1] = 1;
+            r->step_logit_row = n_logits++;
+        }
+        if (r->t_prompt_start < 0) r->t_prompt_start = t_start;
+        e->b_reqs[n_reqs++] = r;
+    }
+    if (n_b == 0) return;
+
+    model_batch b = {.n_tokens = n_b, .tokens = e->b_tok, .seq_ids = e->b_seq, .pos = e->b_pos,
+                     .want_logits = e->b_want};
+    strata_err err;
+    int rc = model_forward_ex(e->ctx, &b, e->logits, n_embd_rows > 0 ? e->b_want_embd : NULL,
+                              e->embd, &err);
+    if (rc != 0) {
+        LOG_ERROR("engine: forward pass of %" PRId64 " tokens failed: %s", n_b, err.msg);
+        for (int i = 0; i < n_reqs; i++) finish_err(e, e->b_reqs[i], PROTO_ERR_INTERNAL, err.msg, out);
+        return;
+    }
+    const double t_end = strata_clock_ms();
+
+    /* hidden states into their requests' sums, in batch order */
+    for (int i = 0; i < n_reqs; i++) {
+        engine_req *r = e->b_reqs[i];
+        if (!r->is_embed) continue;
+        for (int64_t k = 0; k < r->step_n_embd; k++) {
+            const float *h = e->embd + (r->step_embd_row + k) * e->n_embd;
+            for (int64_t d = 0; d < e->n_embd; d++) r->embd_sum[d] += h[d];
+        }
+        r->n_pooled += r->step_n_embd;
+    }
+    for (int i = 0; i < n_reqs; i++) {
+        engine_req *r = e->b_reqs[i];
+        if (r->state == REQ_DECODE) {
+            on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+            continue;
+        }
+        r->n_done += r->step_n;
+        if (r->n_done < r->n_prompt) continue;
+        r->t_prompt_end = t_end;
+        if (r->is_embed) finish_embed(e, r, out);
+        else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
+        else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+    }
+}

@@ -1,0 +1,108 @@
+/* The engine's scheduler: many requests over one model, continuous batching
+ * with chunked prefill, per request sampling and statistics.
+ *
+ * Requests come in as decoded protocol messages (protocol.h) and leave as
+ * encoded lines appended to a caller's buffer; this module never touches a
+ * file descriptor (engine_loop.h does the I/O).
+ *
+ * Scheduling. K slots (sequences of the model's KV cache) run at once;
+ * requests beyond K wait in a FIFO queue and take the first slot that
+ * frees. Each engine_step:
+ *   1. ends the requests cancelled since the last step (done "cancelled"),
+ *      running or queued;
+ *   2. admits queued requests into free slots, in arrival order;
+ *   3. builds one batch: one token of every decoding sequence, then prompt
+ *      chunks of the prefilling sequences in admission order until the
+ *      token budget B (n_batch) is spent; a prompt longer than what is left
+ *      continues at the next step (chunked prefill, so a `stop` is seen
+ *      between chunks);
+ *   4. runs one model_forward_ex over it;
+ *   5. samples a token for every sequence whose logits came out (decoding
+ *      ones, and those whose prompt just ended), appending `tok`, and ends
+ *      the ones that are finished (`done`), or pools an embedding's hidden
+ *      states (`emb`, then `done`).
+ * Because the forward pass is batch-invariant and each request has its own
+ * sampler and RNG, a request's tokens do not depend on what else runs.
+ *
+ * Admission checks (at arrival, so a bad request never waits in the queue):
+ * token ids in the vocabulary (prompt, stop_tokens, logit_bias), an id not
+ * already in flight, and prompt + max_tokens <= n_ctx (err
+ * "context_length", naming both numbers). The KV pool holds n_ctx
+ * positions (rounded up to whole blocks) for every slot, so an admitted
+ * request always has room and never has to be preempted.
+ *
+ * Generation rules. A sampled token that is a stop token, or one of the
+ * model's end-of-generation tokens (unless ignore_eos), ends the request
+ * with "stop" and is not sent. Otherwise it is sent in `tok`; the request
+ * ends with "length" once it has max_tokens tokens, or once prompt +
+ * generated tokens reach n_ctx. The sampler's penalties see the generated
+ * tokens only (as `strata run`). stats.predicted_n counts the tokens sent.
+ *
+ * Threads: an engine is used by one thread (the scheduler); nothing here
+ * locks. */
+#ifndef STRATA_ENGINE_ENGINE_H
+#define STRATA_ENGINE_ENGINE_H
+
+#include "base/err.h"
+#include "engine/protocol.h"
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define ENGINE_DEFAULT_SLOTS 4
+#define ENGINE_DEFAULT_CTX 4096
+#define ENGINE_DEFAULT_BATCH 512
+
+typedef struct engine_params {
+    int n_slots;       /* K, sequences at once; 0: ENGINE_DEFAULT_SLOTS */
+    int64_t n_ctx;     /* tokens of one request (prompt + generated); 0: ENGINE_DEFAULT_CTX,
+                          or the model's training context when smaller */
+    int64_t n_batch;   /* B, tokens of one step; 0: ENGINE_DEFAULT_BATCH; raised to K */
+    int n_threads;     /* of the forward pass; 0: 1 */
+} engine_params;
+
+typedef struct engine engine;
+
+/* Makes an engine for m (which must outlive it): the model context, the
+ * KV pool and every per-step buffer. Errors: STRATA_EINVAL for bad
+ * parameters, STRATA_ENOMEM, and those of model_ctx_init. */
+int engine_init(engine **out, const model *m, const engine_params *p, strata_err *err);
+void engine_free(engine *e);
+
+/* The `ready` message for this engine; its strings are the engine's and
+ * stay valid until engine_free. */
+void engine_ready(const engine *e, proto_msg *out);
+
+/* Handles one decoded server → engine message, appending any immediate
+ * reply (pong, err) to out. gen and embed are queued (their arrays are
+ * taken: *m is left empty) or refused with `err`; stop marks the request
+ * for the next step; shutdown stops accepting (see engine_accepting).
+ * Nothing is freed that the caller still owns: call proto_msg_free(m)
+ * afterwards as usual. */
+void engine_handle(engine *e, proto_msg *m, proto_buf *out);
+
+/* Answers a line that could not be decoded: an `err` with the given code
+ * and message, naming id when has_id and the id is not one of a request in
+ * flight (a line cannot end a request it failed to make; the message then
+ * names the id instead). */
+void engine_handle_bad_line(engine *e, const char *code, bool has_id, int64_t id,
+                            const char *message, proto_buf *out);
+
+/* False after `shutdown`: later gen/embed get err "shutting_down". */
+bool engine_accepting(const engine *e);
+void engine_stop_accepting(engine *e);
+
+/* True while any request is running or queued. */
+bool engine_busy(const engine *e);
+
+/* Runs one scheduler step (see above), appending its lines to out. Does
+ * nothing when not busy. A failed forward pass ends the requests of that
+ * batch with err "internal" and the engine goes on. */
+void engine_step(engine *e, proto_buf *out);
+
+/* Requests running and queued, for logs. */
+int engine_n_running(const engine *e);
+int64_t engine_n_queued(const engine *e);
+
+#endif

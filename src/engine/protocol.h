@@ -1,0 +1,403 @@
+/* The engine protocol, version 1: the codec shared by the engine (which
+ * reads server → engine lines and writes engine → server lines) and the
+ * server (the other way round). DESIGN.md "The engine protocol (v1)" is the
+ * overview; this header is the reference for every field.
+ *
+ * This file owns the wire format: the message structs, their encoding to
+ * one line of JSON and their decoding with a message that names the
+ * problem (and the id when it could be read), and a line reader that takes
+ * partial reads and refuses oversized lines without losing sync. It knows
+ * nothing about models, slots or pipes' owners.
+ *
+ * ---- Framing ----
+ * Newline-delimited JSON: one object per line, terminated by '\n' (a '\r'
+ * before it is ignored; blank lines are skipped). A line holds at most
+ * PROTOCOL_MAX_LINE bytes, not counting the '\n'. Writers put `op` first;
+ * readers accept the fields in any order, ignore fields they do not know
+ * (so later versions can add some) and refuse duplicate keys.
+ *
+ * ---- Ids ----
+ * `id` is a JSON integer in [0, PROTO_ID_MAX] (2^53-1, exact in every JSON
+ * implementation), chosen by the server, unique per engine connection: the
+ * server never reuses one (DESIGN.md invariant 2). Every `gen` and `embed`
+ * id gets exactly one terminal message, `done` or `err`, and the engine
+ * never names the id again after it (invariant 1).
+ *
+ * ---- Server → engine ----
+ * {"op":"gen","id":7,"tokens":[1,2,3],"max_tokens":64,"sampling":{...},
+ *  "stop_tokens":[2],"logprobs":0,"ignore_eos":false}
+ *   id          required.
+ *   tokens      required; the prompt as token ids (>= 1 of them, each in
+ *               [0, 2^31-1]; the engine checks them against its vocabulary).
+ *   max_tokens  optional integer >= -1; the most tokens to generate. -1 or
+ *               absent: no limit but the context (then `done` says
+ *               `length` when the context is full). 0 evaluates the prompt
+ *               and finishes with `length`.
+ *   sampling    optional object; every field optional, defaults in
+ *               brackets (those of llama.cpp's command line):
+ *     temperature       number [0.8]; <= 0 is greedy (argmax, no RNG)
+ *     top_k             integer [40]; <= 0 off
+ *     top_p             number in [0,1] [0.95]; 1 off
+ *     min_p             number in [0,1] [0.05]; 0 off
+ *     typical_p         number in [0,1] [1]; 1 off
+ *     repeat_penalty    number > 0 [1]; 1 off
+ *     presence_penalty  number [0]
+ *     frequency_penalty number [0]
+ *     penalty_last_n    integer in [0, PROTO_MAX_PENALTY_LAST_N] [64]: how
+ *                       many of the last generated tokens (not the prompt's,
+ *                       as `strata run`) the penalties look at
+ *     seed              integer in [0, 2^63-1]; absent or null: the engine
+ *                       picks one (the output is then not reproducible)
+ *     logit_bias        [[token, bias], ...] or {"token": bias, ...}; bias
+ *                       is a number added to the logit, or false to ban
+ *                       the token (-infinity)
+ *   stop_tokens optional array of token ids that end the generation:
+ *               `done` says `stop`; the stop token itself is not sent.
+ *   ignore_eos  optional boolean [false]; false: the model's end-of-
+ *               generation tokens (eos/eot and the like, from its
+ *               tokenizer) stop it too, the same way (not sent).
+ *   logprobs    optional; absent, null, false or 0: none. true: each
+ *               generated token carries its own log-probability. An
+ *               integer N in [1, PROTO_MAX_LOGPROBS]: that plus the N most
+ *               likely alternatives.
+ *
+ * {"op":"embed","id":8,"tokens":[1,2,3],"pooling":"mean"}
+ *   id, tokens  as for gen.
+ *   pooling     optional: "mean", "cls" (first token), "last"; absent: the
+ *               model's pooling type when its GGUF names one, else "mean".
+ *   Answered by `emb`, then `done` (finish "stop", predicted_n 0).
+ *
+ * {"op":"stop","id":7}     cancel; the request ends with `done` finish
+ *                          "cancelled" at the next step (also between
+ *                          prefill chunks, or while queued). An unknown or
+ *                          finished id is ignored: no reply.
+ * {"op":"ping","id":9}     answered by {"op":"pong","id":9} by the engine's
+ *                          scheduler between two steps, so a pong also
+ *                          shows that generation is making progress (it can
+ *                          be one step late: at most n_batch tokens of
+ *                          work). Ping ids are the server's own; they are
+ *                          not requests and get no `done`.
+ * {"op":"shutdown"}        accept nothing new: later gen/embed get `err`
+ *                          "shutting_down" (stop and ping still work); the
+ *                          requests already accepted, running or queued,
+ *                          finish as usual; then the engine exits 0. End of
+ *                          file on the engine's stdin means the same.
+ *
+ * ---- Engine → server ----
+ * {"op":"ready","protocol":1,"model":{"arch":"llama","n_ctx_train":2048,
+ *  "n_vocab":32000,"n_embd":4096,"n_layer":32},"slots":4,"n_ctx":4096,
+ *  "n_batch":512,"kv":{"type":"f16","block_tokens":32,"n_blocks":512,
+ *  "bytes":268435456}}
+ *   Once, after loading, before anything else. `slots`: sequences that run
+ *   at once (more wait in the engine's queue, in arrival order). `n_ctx`:
+ *   the tokens one request may hold, prompt and generated: a gen needs
+ *   prompt + max_tokens <= n_ctx (without max_tokens: prompt < n_ctx, and
+ *   it ends with "length" at n_ctx tokens), an embed prompt <= n_ctx, else
+ *   err "context_length". `n_batch`: the token budget of one step. `kv`:
+ *   the KV pool shared by the slots (n_ctx positions for each).
+ * {"op":"tok","id":7,"tokens":[450],"logprobs":[{"token":450,
+ *  "logprob":-0.11,"top":[[450,-0.11],[263,-2.5]]}]}
+ *   Generated tokens, in order (one or more per line). `logprobs` only
+ *   when the gen asked: one entry per token, `top` (the N alternatives,
+ *   most likely first) only when N >= 1. Log-probabilities are the log-
+ *   softmax of the model's raw logits (before bias, penalties, temperature).
+ * {"op":"emb","id":8,"vector":[0.1,...]}
+ *   The embedding: n_embd numbers, L2-normalised.
+ * {"op":"done","id":7,"finish":"stop","stats":{"prompt_n":3,"cached_n":0,
+ *  "predicted_n":64,"prompt_ms":1.5,"predicted_ms":80.2,"draft_n":0,
+ *  "draft_accepted_n":0}}
+ *   Terminal. finish: "stop" (a stop token or end of generation, or an
+ *   embedding computed), "length" (max_tokens or the context reached),
+ *   "cancelled" (a `stop`). stats are this request's own: prompt_n prompt
+ *   tokens evaluated (fewer than the prompt when cancelled during its
+ *   prefill, 0 when cancelled while queued), cached_n of them served from
+ *   a prefix cache (0: no prefix cache yet), predicted_n tokens sent in
+ *   `tok` (a stop or end-of-generation token is not counted), prompt_ms
+ *   from the start of its first prefill step to the end of its last one,
+ *   predicted_ms from then to its terminal message, draft_n /
+ *   draft_accepted_n speculative draft tokens proposed / accepted (0: no
+ *   speculative decoding yet).
+ * {"op":"err","id":7,"code":"context_length","message":"..."}
+ *   Terminal for the id when it has one. No `id` when the line that caused
+ *   it named none that could be read (or named one already in flight: a
+ *   duplicate; the message then names it). code is one of PROTO_ERR_*.
+ * {"op":"pong","id":9}
+ *
+ * Numbers: integers are JSON integers; token ids are in [0, 2^31-1];
+ * floats are written with 9 significant digits, which round-trips a C
+ * float exactly. Encoders refuse NaN and infinities (except a banned
+ * logit_bias, written false). */
+#ifndef STRATA_ENGINE_PROTOCOL_H
+#define STRATA_ENGINE_PROTOCOL_H
+
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTOCOL_VERSION 1
+/* Bytes of one line without its '\n': 16 MiB, room for a prompt of about
+ * two million token ids. */
+#define PROTOCOL_MAX_LINE ((size_t)16 << 20)
+#define PROTO_ID_MAX ((int64_t)9007199254740991) /* 2^53 - 1 */
+#define PROTO_MAX_LOGPROBS 20
+#define PROTO_MAX_PENALTY_LAST_N 65536
+
+/* Values of `err`.code. */
+#define PROTO_ERR_BAD_JSON "bad_json"             /* not JSON, or not an object */
+#define PROTO_ERR_BAD_REQUEST "bad_request"       /* a field missing, of the wrong type or range */
+#define PROTO_ERR_UNKNOWN_OP "unknown_op"         /* `op` missing or not one this side takes */
+#define PROTO_ERR_LINE_TOO_LONG "line_too_long"   /* over PROTOCOL_MAX_LINE; skipped */
+#define PROTO_ERR_DUPLICATE_ID "duplicate_id"     /* the id of a request in flight */
+#define PROTO_ERR_CONTEXT_LENGTH "context_length" /* prompt + max_tokens over n_ctx */
+#define PROTO_ERR_SHUTTING_DOWN "shutting_down"   /* gen/embed after shutdown */
+#define PROTO_ERR_INTERNAL "internal"             /* the engine failed (named in the message) */
+
+typedef enum proto_op {
+    PROTO_OP_NONE = 0,
+    /* server → engine */
+    PROTO_OP_GEN,
+    PROTO_OP_EMBED,
+    PROTO_OP_STOP,
+    PROTO_OP_PING,
+    PROTO_OP_SHUTDOWN,
+    /* engine → server */
+    PROTO_OP_READY,
+    PROTO_OP_TOK,
+    PROTO_OP_EMB,
+    PROTO_OP_DONE,
+    PROTO_OP_ERR,
+    PROTO_OP_PONG,
+} proto_op;
+
+/* Which direction's ops a decoder accepts; an op of the other direction is
+ * PROTO_ERR_UNKNOWN_OP. */
+typedef enum proto_dir {
+    PROTO_DIR_TO_ENGINE,
+    PROTO_DIR_TO_SERVER,
+} proto_dir;
+
+typedef enum proto_finish {
+    PROTO_FINISH_STOP,
+    PROTO_FINISH_LENGTH,
+    PROTO_FINISH_CANCELLED,
+} proto_finish;
+
+typedef enum proto_pooling {
+    PROTO_POOLING_DEFAULT, /* absent: the model's own, else mean */
+    PROTO_POOLING_MEAN,
+    PROTO_POOLING_CLS,
+    PROTO_POOLING_LAST,
+} proto_pooling;
+
+typedef struct proto_bias {
+    int32_t token;
+    float bias; /* -INFINITY: banned (false on the wire) */
+} proto_bias;
+
+typedef struct proto_sampling {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    float typical_p;
+    float repeat_penalty;
+    float presence_penalty;
+    float frequency_penalty;
+    int32_t penalty_last_n;
+    bool has_seed;
+    uint64_t seed;             /* <= INT64_MAX */
+    proto_bias *logit_bias;    /* (n_logit_bias) */
+    size_t n_logit_bias;
+} proto_sampling;
+
+/* The defaults above (temperature 0.8, top_k 40, ...; no seed, no bias). */
+proto_sampling proto_sampling_default(void);
+
+typedef struct proto_gen {
+    int32_t *tokens;           /* (n_tokens), n_tokens >= 1 */
+    size_t n_tokens;
+    int64_t max_tokens;        /* -1: until the context is full */
+    proto_sampling sampling;
+    int32_t *stop_tokens;      /* (n_stop_tokens) */
+    size_t n_stop_tokens;
+    bool ignore_eos;
+    int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
+} proto_gen;
+
+typedef struct proto_embed {
+    int32_t *tokens;           /* (n_tokens), n_tokens >= 1 */
+    size_t n_tokens;
+    proto_pooling pooling;
+} proto_embed;
+
+typedef struct proto_ready {
+    int64_t protocol;          /* PROTOCOL_VERSION */
+    const char *arch;          /* model.arch */
+    int64_t n_ctx_train, n_vocab, n_embd, n_layer; /* model.* */
+    int64_t slots;
+    int64_t n_ctx;             /* per request */
+    int64_t n_batch;
+    const char *kv_type;       /* kv.type, e.g. "f16" */
+    int64_t kv_block_tokens, kv_n_blocks, kv_bytes; /* kv.block_tokens, kv.n_blocks, kv.bytes */
+} proto_ready;
+
+typedef struct proto_top {
+    int32_t token;
+    float logprob;
+} proto_top;
+
+typedef struct proto_logprob {
+    int32_t token;
+    float logprob;
+    proto_top *top;            /* (n_top), most likely first */
+    size_t n_top;
+} proto_logprob;
+
+typedef struct proto_tok {
+    int32_t *tokens;           /* (n_tokens), n_tokens >= 1 */
+    size_t n_tokens;
+    proto_logprob *logprobs;   /* (n_tokens) or NULL */
+} proto_tok;
+
+typedef struct proto_emb {
+    float *vector;             /* (n) */
+    size_t n;
+} proto_emb;
+
+typedef struct proto_stats {
+    int64_t prompt_n, cached_n, predicted_n;
+    double prompt_ms, predicted_ms;
+    int64_t draft_n, draft_accepted_n;
+} proto_stats;
+
+typedef struct proto_done {
+    proto_finish finish;
+    proto_stats stats;
+} proto_done;
+
+typedef struct proto_errmsg {
+    const char *code;          /* PROTO_ERR_* (any string when decoded) */
+    const char *message;
+} proto_errmsg;
+
+/* One message of either direction. `has_id`/`id` are set for every op but
+ * shutdown and ready (err: when it names a request). Exactly the member of
+ * `u` named by `op` is meaningful.
+ *
+ * Ownership: a message filled by proto_decode owns every array and string
+ * it points to; free them with proto_msg_free. A message built by a caller
+ * for proto_encode only borrows them (proto_encode does not free). */
+typedef struct proto_msg {
+    proto_op op;
+    bool has_id;
+    int64_t id;
+    union {
+        proto_gen gen;
+        proto_embed embed;
+        proto_ready ready;
+        proto_tok tok;
+        proto_emb emb;
+        proto_done done;
+        proto_errmsg err;
+    } u;
+} proto_msg;
+
+/* Frees what a decoded message owns and zeroes it. NULL is allowed. */
+void proto_msg_free(proto_msg *m);
+
+const char *proto_op_name(proto_op op);          /* "gen", ...; "?" for none */
+const char *proto_finish_name(proto_finish f);   /* "stop", "length", "cancelled" */
+const char *proto_pooling_name(proto_pooling p); /* "mean", ...; NULL for default */
+
+/* ---- Encoding ---- */
+
+/* A growable byte buffer that encoded lines are appended to, so a writer
+ * can gather a step's lines and write them at once. */
+typedef struct proto_buf {
+    char *data;
+    size_t len, cap;
+} proto_buf;
+
+void proto_buf_free(proto_buf *b);
+
+/* Appends m as one line (JSON, then '\n') to out. Errors (out unchanged):
+ * STRATA_EINVAL for a message that breaks the rules above (a NaN, an id out
+ * of range, no tokens, ...), STRATA_ERANGE when the line would be longer
+ * than PROTOCOL_MAX_LINE, STRATA_ENOMEM. */
+int proto_encode(const proto_msg *m, proto_buf *out, strata_err *err);
+
+/* Shorthand for an `err` line; id < 0 writes none. */
+int proto_encode_err(proto_buf *out, int64_t id, const char *code, const char *message,
+                     strata_err *err);
+
+/* ---- Decoding ---- */
+
+#define PROTO_ERROR_MSG_MAX 512
+
+/* Why a line could not be decoded: what an engine puts in its `err`. */
+typedef struct proto_error {
+    const char *code;          /* PROTO_ERR_BAD_JSON, _BAD_REQUEST or _UNKNOWN_OP */
+    proto_op op;               /* the line's op when it was one of dir's, else NONE */
+    bool has_id;               /* the id, when the line had a valid one */
+    int64_t id;
+    char message[PROTO_ERROR_MSG_MAX]; /* names the field and what is wrong */
+} proto_error;
+
+/* Decodes one line (len bytes, without its '\n'; need not be NUL-
+ * terminated) of direction dir into *out. Returns 0, or STRATA_EFORMAT with
+ * *perr filled and *out zeroed (nothing to free). Never reads past len. */
+int proto_decode(const char *line, size_t len, proto_dir dir, proto_msg *out, proto_error *perr);
+
+/* Best effort: the id of a line too damaged (or too long) to decode, from
+ * its first bytes: the integer after the first `"id":`. Returns true and
+ * sets *id when one in range is found. */
+bool proto_peek_id(const char *prefix, size_t len, int64_t *id);
+
+/* ---- Reading lines ----
+ * Bytes come in by proto_reader_feed (any split) or proto_reader_fill (one
+ * read(2) of a file descriptor); proto_reader_next hands out whole lines.
+ * A line longer than max_line is reported once as PROTO_READ_TOO_LONG as
+ * soon as it is seen to be too long, with its first bytes (for
+ * proto_peek_id); the rest of it, up to and including its '\n', is dropped,
+ * and the next line is read normally. The buffer never holds more than
+ * max_line + one read's bytes. */
+typedef struct proto_reader {
+    char *buf;
+    size_t len, cap;
+    size_t start;              /* first unconsumed byte */
+    size_t scanned;            /* bytes from start known to hold no '\n' */
+    size_t max_line;
+    bool skipping;             /* dropping the rest of an oversized line */
+    bool eof;
+    char head[256];            /* first bytes of the last oversized line */
+    size_t n_head;
+} proto_reader;
+
+enum {
+    PROTO_READ_NEED_MORE = 0,  /* no whole line yet: feed or fill */
+    PROTO_READ_LINE = 1,       /* *line, *len: one line (valid until the next call) */
+    PROTO_READ_TOO_LONG = 2,   /* *line, *len: its first bytes (at most 256) */
+    PROTO_READ_EOF = 3,        /* end of input; a last line without '\n' came before */
+};
+
+/* max_line 0 means PROTOCOL_MAX_LINE. */
+void proto_reader_init(proto_reader *r, size_t max_line);
+void proto_reader_free(proto_reader *r);
+
+/* Appends n bytes. STRATA_ENOMEM on failure (nothing appended). */
+int proto_reader_feed(proto_reader *r, const void *data, size_t n);
+
+/* Marks the end of input: a last line without '\n' is then handed out. */
+void proto_reader_set_eof(proto_reader *r);
+
+/* One read(2) of fd into the buffer (retried on EINTR). Returns the number
+ * of bytes read, 0 at end of file (and marks it), or STRATA_EIO /
+ * STRATA_ENOMEM with err filled. */
+long proto_reader_fill(proto_reader *r, int fd, strata_err *err);
+
+/* The next line, if any: one of PROTO_READ_*. */
+int proto_reader_next(proto_reader *r, const char **line, size_t *len);
+
+#endif
