@@ -8,9 +8,11 @@ int cli_default_threads(void);
 
 int cmd_info(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_engine(int argc, char **argv);
 
 #endif

@@ -17,8 +17,10 @@ typedef struct command {
 static const command g_commands[] = {
     {"info", cmd_info, "describe a GGUF model: architecture, hyper-parameters, tensors"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of a known shape (tests, benchmarks)"},
+    {"template", cmd_template, "render a chat template for a list of messages"},
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) a model's tokenizer gives a text"},
     {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
+    {"run", cmd_run, "generate text from a prompt, or chat (--chat), in the terminal"},
     {"engine", cmd_engine, "serve one model over the engine protocol on stdin/stdout"},
     {"bench", cmd_bench, "prompt and decode speed of a model (a table like llama-bench's)"},
 };
