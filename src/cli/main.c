@@ -21,6 +21,7 @@ static const command g_commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) a model's tokenizer gives a text"},
     {"eval", cmd_eval, "evaluate a token sequence and write the logits of every position"},
     {"run", cmd_run, "generate text from a prompt, or chat (--chat), in the terminal"},
+    {"serve", cmd_serve, "the OpenAI-compatible HTTP server over engine replicas"},
     {"engine", cmd_engine, "serve one model over the engine protocol on stdin/stdout"},
     {"bench", cmd_bench, "prompt and decode speed of a model (a table like llama-bench's)"},
 };

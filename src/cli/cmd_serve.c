@@ -1,0 +1,283 @@
+/* `strata serve -m MODEL.gguf ...`: the OpenAI-compatible HTTP server over N
+ * engine processes (src/serve/). This file parses options, loads what the
+ * server needs from the GGUF's metadata (vocab, chat template; never the
+ * weights), starts the pool and the HTTP server, and handles SIGTERM/SIGINT:
+ * stop accepting, let in-flight requests finish up to --drain-timeout, stop
+ * the engines, exit 0.
+ *
+ * Threads: the main thread only waits for signals (sigwait); every other
+ * thread is created with SIGTERM/SIGINT blocked. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "gguf/gguf.h"
+#include "serve/pool.h"
+#include "serve/server.h"
+#include "text/chat_template.h"
+#include "text/vocab.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: strata serve -m MODEL.gguf [--replicas N] [--slots K] [--ctx C]\n"
+            "                    [--host 127.0.0.1] [--port 8080] [--api-key KEY | --api-key-file F]\n"
+            "                    [--max-queue Q] [-t THREADS] [--chat-template-file F]\n\n"
+            "  -m, --model F          the GGUF model\n"
+            "  --replicas N           engine processes (default 1)\n"
+            "  --slots K              requests each engine runs at once (default 4)\n"
+            "  --ctx C                context per request (default: the engine's)\n"
+            "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
+            "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
+            "  --api-key-file F       the key from the first line of F\n"
+            "  --max-queue Q          requests that may wait for a slot (default 64); more: 429\n"
+            "  -t, --threads N        threads per engine (default: the CPUs / replicas)\n"
+            "  --chat-template-file F a Jinja chat template instead of the model's\n"
+            "  --max-body-bytes N     largest request body (default 8 MiB); more: 413\n"
+            "  --drain-timeout MS     on SIGTERM, how long in-flight requests may finish (10000)\n"
+            "  --port-file F          write the port listened on to F (for scripts)\n"
+            "  --engine PATH          the engine executable (default: this strata, `engine`)\n"
+            "  --ping-timeout MS      an engine silent this long is restarted (default 10000)\n");
+}
+
+static char *read_text_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rbe");
+    if (f == NULL) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) break;
+    }
+    fclose(f);
+    if (buf != NULL) buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
+    const char *tmpl_file = NULL, *port_file = NULL, *engine_path = NULL;
+    int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
+    int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
+    for (int i = 1; i < argc; i += 2) { /* every option takes one value */
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "strata serve: %s needs a value (or is unknown)\n\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) model_path = v;
+        else if (strcmp(a, "--replicas") == 0) bad = parse_int(v, 1, POOL_MAX_REPLICAS, &replicas);
+        else if (strcmp(a, "--slots") == 0) bad = parse_int(v, 1, 1024, &slots);
+        else if (strcmp(a, "--ctx") == 0) bad = parse_int(v, 1, INT_MAX, &ctx);
+        else if (strcmp(a, "--host") == 0) host = v;
+        else if (strcmp(a, "--port") == 0) bad = parse_int(v, 0, 65535, &port);
+        else if (strcmp(a, "--api-key") == 0) api_key = v;
+        else if (strcmp(a, "--api-key-file") == 0) key_file = v;
+        else if (strcmp(a, "--max-queue") == 0) bad = parse_int(v, 0, 1 << 20, &max_queue);
+        else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) bad = parse_int(v, 1, 4096, &threads);
+        else if (strcmp(a, "--chat-template-file") == 0) tmpl_file = v;
+        else if (strcmp(a, "--max-body-bytes") == 0) bad = parse_int(v, 1, INT_MAX, &max_body);
+        else if (strcmp(a, "--drain-timeout") == 0) bad = parse_int(v, 0, INT_MAX, &drain_ms);
+        else if (strcmp(a, "--port-file") == 0) port_file = v;
+        else if (strcmp(a, "--engine") == 0) engine_path = v;
+        else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
+        else {
+            fprintf(stderr, "strata serve: unknown option %s\n\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "strata serve: bad value for %s: %s\n", a, v);
+            return 2;
+        }
+    }
+    if (model_path == NULL) {
+        fprintf(stderr, "strata serve: -m MODEL is required\n\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    char *key_buf = NULL;
+    if (key_file != NULL) {
+        key_buf = read_text_file(key_file, NULL);
+        if (key_buf == NULL) {
+            fprintf(stderr, "strata serve: cannot read %s\n", key_file);
+            return 1;
+        }
+        key_buf[strcspn(key_buf, "\r\n")] = '\0';
+        api_key = key_buf;
+    }
+    if (api_key != NULL && api_key[0] == '\0') {
+        fprintf(stderr, "strata serve: the API key is empty\n");
+        free(key_buf);
+        return 2;
+    }
+    if (threads == 0) {
+        threads = cli_default_threads() / replicas;
+        if (threads < 1) threads = 1;
+    }
+
+    /* The model's metadata: vocab and chat template (no weights). */
+    strata_err err;
+    gguf *g = NULL;
+    vocab *voc = NULL;
+    chat_template_src src = {0};
+    char *tmpl = NULL;
+    int status = 1;
+    pool *p = NULL;
+    server *s = NULL;
+    if (gguf_open(&g, model_path, &err) != 0 || vocab_load(&voc, g, &err) != 0) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        goto out;
+    }
+    int rc = chat_template_from_gguf(g, NULL, &src, &err);
+    if (rc != 0 && rc != STRATA_ENOTFOUND) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        goto out;
+    }
+    if (tmpl_file != NULL) {
+        tmpl = read_text_file(tmpl_file, NULL);
+        if (tmpl == NULL) {
+            fprintf(stderr, "strata serve: cannot read %s\n", tmpl_file);
+            goto out;
+        }
+    } else if (rc == 0) {
+        tmpl = strdup(src.tmpl);
+    } else {
+        LOG_INFO("the model has no chat template; chat uses ChatML");
+    }
+    gguf_close(g);
+    g = NULL;
+
+    /* The engines: this same binary (`strata engine`) unless --engine. */
+    char self[PATH_MAX];
+    ssize_t n_self = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n_self <= 0) {
+        fprintf(stderr, "strata serve: cannot find this executable\n");
+        goto out;
+    }
+    self[n_self] = '\0';
+    char s_slots[16], s_ctx[16], s_threads[16];
+    snprintf(s_slots, sizeof(s_slots), "%d", slots);
+    snprintf(s_ctx, sizeof(s_ctx), "%d", ctx);
+    snprintf(s_threads, sizeof(s_threads), "%d", threads);
+    const char *args[16];
+    int na = 0;
+    args[na++] = "engine";
+    args[na++] = "-m";
+    args[na++] = model_path;
+    args[na++] = "--slots";
+    args[na++] = s_slots;
+    args[na++] = "-t";
+    args[na++] = s_threads;
+    if (ctx > 0) {
+        args[na++] = "--ctx";
+        args[na++] = s_ctx;
+    }
+    args[na] = NULL;
+
+    /* Block the stop signals before any thread exists, so that every thread
+     * inherits the mask and only sigwait below sees them. */
+    sigset_t stop_sigs;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGTERM);
+    sigaddset(&stop_sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pool_config pc = {.engine_path = engine_path ? engine_path : self, .engine_args = args,
+                      .n_replicas = replicas, .n_slots = slots, .max_queue = max_queue,
+                      .ping_timeout_ms = ping_timeout};
+    if (pool_start(&p, &pc, &err) != 0) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        goto out;
+    }
+    const char *base = strrchr(model_path, '/');
+    base = base ? base + 1 : model_path;
+    char model_name[256];
+    snprintf(model_name, sizeof(model_name), "%s", base);
+    size_t nl = strlen(model_name);
+    if (nl > 5 && strcmp(model_name + nl - 5, ".gguf") == 0) model_name[nl - 5] = '\0';
+    server_config sc = {.host = host, .port = port, .api_key = api_key,
+                        .max_body_bytes = (size_t)max_body, .model_name = model_name, .voc = voc,
+                        .chat_template = tmpl, .bos = src.bos, .eos = src.eos};
+    if (server_start(&s, &sc, p, &err) != 0) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        goto out;
+    }
+    LOG_INFO("strata serve: %s on http://%s:%d (%d replicas x %d slots)", model_name, host,
+             server_port(s), replicas, slots);
+    if (port_file != NULL) {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
+        FILE *f = fopen(tmp, "we");
+        if (f != NULL) {
+            fprintf(f, "%d\n", server_port(s));
+            fclose(f);
+            rename(tmp, port_file);
+        }
+    }
+    int sig = 0;
+    while (sigwait(&stop_sigs, &sig) != 0) {
+    }
+    LOG_INFO("strata serve: signal %d: draining (up to %d ms)", sig, drain_ms);
+    server_quiesce(s);
+    int64_t deadline = strata_clock_ns() + (int64_t)drain_ms * 1000000;
+    while (server_active(s) > 0 && strata_clock_ns() < deadline) usleep(20 * 1000);
+    if (server_active(s) > 0) LOG_WARN("strata serve: %d requests still open; ending them", server_active(s));
+    pool_stop(p, 5000);
+    p = NULL;
+    server_stop(s);
+    s = NULL;
+    LOG_INFO("strata serve: stopped");
+    status = 0;
+out:
+    if (p != NULL) pool_stop(p, 1000);
+    server_stop(s);
+    if (g != NULL) gguf_close(g);
+    vocab_free(voc);
+    chat_template_src_free(&src);
+    free(tmpl);
+    free(key_buf);
+    return status;
+}

@@ -1,0 +1,452 @@
+/* OpenAI request parsing and response shapes (api.h). Pure functions over
+ * jansson values; called from HTTP handler threads with no lock held. */
+#include "serve/api.h"
+
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The template for models that carry none (what llama-server falls back to). */
+static const char k_chatml[] =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+int api_fail(api_error *e, int status, const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = status == 401   ? "authentication_error"
+              : status == 404 ? "not_found_error"
+              : status == 429 ? "rate_limit_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
+    snprintf(e->code, sizeof(e->code), "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *api_error_body(const api_error *e)
+{
+    json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", e->message, "type",
+                          e->type ? e->type : "server_error", "code", e->code);
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return s;
+}
+
+void api_gen_free(api_gen *g)
+{
+    for (size_t i = 0; i < g->n_stops; i++) free(g->stops[i]);
+    free(g->prompt);
+    free(g->sampling.logit_bias);
+    memset(g, 0, sizeof(*g));
+}
+
+void api_gen_move_to(api_gen *g, sreq *r)
+{
+    if (r->embed) {
+        r->emb.tokens = g->prompt;
+        r->emb.n_tokens = g->n_prompt;
+        r->emb.pooling = PROTO_POOLING_DEFAULT;
+    } else {
+        r->gen.tokens = g->prompt;
+        r->gen.n_tokens = g->n_prompt;
+        r->gen.max_tokens = g->max_tokens;
+        r->gen.sampling = g->sampling;
+        g->sampling.logit_bias = NULL;
+        g->sampling.n_logit_bias = 0;
+    }
+    g->prompt = NULL;
+    g->n_prompt = 0;
+}
+
+/* --- parameters --- */
+
+/* A number field in [lo, hi]; absent or null leaves *out. */
+static int get_num(json_t *o, const char *key, double lo, double hi, float *out, api_error *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return api_fail(e, 400, "invalid_type", "`%s` must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) {
+        return api_fail(e, 400, "invalid_value", "`%s` must be in [%g, %g]; got %g", key, lo, hi, d);
+    }
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *had,
+                   api_error *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return api_fail(e, 400, "invalid_type", "`%s` must be an integer", key);
+    int64_t x = (int64_t)json_integer_value(v);
+    if (x < lo || x > hi) {
+        return api_fail(e, 400, "invalid_value", "`%s` must be in [%lld, %lld]; got %lld", key,
+                        (long long)lo, (long long)hi, (long long)x);
+    }
+    *out = x;
+    if (had) *had = true;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, api_error *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return api_fail(e, 400, "invalid_type", "`%s` must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int parse_stops(json_t *o, api_gen *g, api_error *e)
+{
+    json_t *v = json_object_get(o, "stop");
+    if (v == NULL || json_is_null(v)) return 0;
+    json_t *one[1] = {v};
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
+    if (n == (size_t)-1) return api_fail(e, 400, "invalid_type", "`stop` must be a string or an array of strings");
+    if (n > TEXTGEN_MAX_STOPS) {
+        return api_fail(e, 400, "invalid_value", "`stop` has %zu strings; at most %d", n,
+                        TEXTGEN_MAX_STOPS);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_string(v) ? one[0] : json_array_get(v, i);
+        if (!json_is_string(s)) return api_fail(e, 400, "invalid_type", "`stop[%zu]` must be a string", i);
+        if (json_string_length(s) == 0) continue;
+        char *c = strdup(json_string_value(s));
+        if (c == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        g->stops[g->n_stops++] = c;
+    }
+    return 0;
+}
+
+static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *e)
+{
+    json_t *v = json_object_get(o, "logit_bias");
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return api_fail(e, 400, "invalid_type", "`logit_bias` must be an object");
+    size_t n = json_object_size(v);
+    if (n == 0) return 0;
+    proto_bias *b = calloc(n, sizeof(*b));
+    if (b == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    g->sampling.logit_bias = b;
+    const char *key;
+    json_t *val;
+    size_t i = 0;
+    json_object_foreach(v, key, val) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (*key == '\0' || *end != '\0' || id < 0 || id >= vocab_n_tokens(voc)) {
+            return api_fail(e, 400, "invalid_value", "`logit_bias` key \"%.40s\" is not a token id of this model", key);
+        }
+        if (!json_is_number(val) || !isfinite(json_number_value(val)) ||
+            fabs(json_number_value(val)) > 100) {
+            return api_fail(e, 400, "invalid_value", "`logit_bias[%s]` must be a number in [-100, 100]", key);
+        }
+        b[i].token = (int32_t)id;
+        b[i].bias = (float)json_number_value(val);
+        i++;
+        g->sampling.n_logit_bias = i;
+    }
+    return 0;
+}
+
+/* Token ids given by the client, checked against the vocab. */
+static int parse_ids(json_t *a, const char *what, const vocab *voc, api_gen *g, api_error *e)
+{
+    size_t n = json_array_size(a);
+    g->prompt = malloc((n ? n : 1) * sizeof(int32_t));
+    if (g->prompt == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(a, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) >= vocab_n_tokens(voc)) {
+            return api_fail(e, 400, "invalid_value", "`%s[%zu]` is not a token id of this model (0..%d)",
+                            what, i, vocab_n_tokens(voc) - 1);
+        }
+        g->prompt[i] = (int32_t)json_integer_value(t);
+    }
+    g->n_prompt = n;
+    return 0;
+}
+
+static int tokenize(const vocab *voc, const char *text, size_t len, bool add_special, api_gen *g,
+                    api_error *e)
+{
+    strata_err err;
+    if (tok_tokenize_alloc(voc, text, len, add_special, true, &g->prompt, &g->n_prompt, &err) != 0) {
+        return api_fail(e, 400, "invalid_prompt", "cannot tokenize the prompt: %s", err.msg);
+    }
+    return 0;
+}
+
+static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen *g, api_error *e)
+{
+    json_t *p = json_object_get(o, key);
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) {
+        p = json_array_get(p, 0); /* ["text"]: one prompt */
+    }
+    if (json_is_string(p)) {
+        return tokenize(env->voc, json_string_value(p), json_string_length(p), true, g, e);
+    }
+    if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        return parse_ids(p, key, env->voc, g, e);
+    }
+    if (json_is_array(p) && json_array_size(p) > 1) {
+        return api_fail(e, 400, "unsupported_value", "`%s` with several prompts is not supported; send one", key);
+    }
+    if (p == NULL) return api_fail(e, 400, "missing_field", "`%s` is required", key);
+    return api_fail(e, 400, "invalid_type", "`%s` must be a string or an array of token ids", key);
+}
+
+/* messages → a prompt with the model's template. Contents given as parts
+ * ([{"type":"text","text":...}]) are joined into one string first. */
+static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *e)
+{
+    json_t *msgs = json_object_get(o, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        return api_fail(e, 400, "invalid_value", "`messages` must be a non-empty array");
+    }
+    json_t *norm = json_array();
+    size_t i;
+    json_t *m;
+    int rc = 0;
+    json_array_foreach(msgs, i, m) {
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            rc = api_fail(e, 400, "invalid_value", "`messages[%zu].role` must be a string", i);
+            break;
+        }
+        json_t *c = json_deep_copy(m);
+        if (json_is_array(content)) {
+            sbuf text = {0};
+            size_t k;
+            json_t *part;
+            json_array_foreach(content, k, part) {
+                json_t *t = json_object_get(part, "text");
+                if (!json_is_string(t)) {
+                    rc = api_fail(e, 400, "invalid_value", "`messages[%zu].content[%zu]` must be a text part", i, k);
+                    break;
+                }
+                sbuf_append(&text, json_string_value(t), json_string_length(t));
+            }
+            json_object_set_new(c, "content", json_stringn(text.data ? text.data : "", text.len));
+            sbuf_free(&text);
+        } else if (!json_is_string(content) && !json_is_null(content) && content != NULL) {
+            rc = api_fail(e, 400, "invalid_type", "`messages[%zu].content` must be a string or an array of parts", i);
+        }
+        if (content == NULL || json_is_null(content)) json_object_set_new(c, "content", json_string(""));
+        json_array_append_new(norm, c);
+        if (rc != 0) break;
+    }
+    if (rc != 0) {
+        json_decref(norm);
+        return rc;
+    }
+    const char *tmpl = env->chat_template ? env->chat_template : k_chatml;
+    chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
+                               .eos_token = env->eos};
+    char *prompt = NULL;
+    size_t prompt_len = 0;
+    strata_err err;
+    rc = chat_template_render(tmpl, strlen(tmpl), norm, &opts, &prompt, &prompt_len, &err);
+    json_decref(norm);
+    if (rc != 0) return api_fail(e, 400, "template_error", "cannot render the chat template: %s", err.msg);
+    /* The rendered prompt carries its own BOS when the template writes one. */
+    bool add_special = env->bos == NULL || env->bos[0] == '\0' ||
+                       strncmp(prompt, env->bos, strlen(env->bos)) != 0;
+    rc = tokenize(env->voc, prompt, prompt_len, add_special, g, e);
+    free(prompt);
+    return rc;
+}
+
+int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size_t len,
+                  api_gen *g, api_error *e)
+{
+    memset(g, 0, sizeof(*g));
+    g->kind = kind;
+    g->max_tokens = -1;
+    g->sampling = proto_sampling_default();
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (o == NULL) return api_fail(e, 400, "invalid_json", "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    int rc = 0;
+    if (!json_is_object(o)) {
+        rc = api_fail(e, 400, "invalid_json", "the body must be a JSON object");
+        goto out;
+    }
+    json_t *model = json_object_get(o, "model");
+    if (model != NULL && !json_is_null(model)) {
+        if (!json_is_string(model)) {
+            rc = api_fail(e, 400, "invalid_type", "`model` must be a string");
+            goto out;
+        }
+        if (strcmp(json_string_value(model), env->model_name) != 0) {
+            rc = api_fail(e, 404, "model_not_found", "the model `%.100s` does not exist; this server has `%.100s`",
+                          json_string_value(model), env->model_name);
+            goto out;
+        }
+    }
+    if (kind == API_EMBEDDING) {
+        rc = parse_prompt(env, o, "input", g, e);
+    } else {
+        int64_t n = 1, seed = -1, top_k = 0;
+        bool had_seed = false, had_top_k = false;
+        if ((rc = get_int(o, "n", 1, 1 << 20, &n, NULL, e)) != 0) goto out;
+        if (n != 1) {
+            rc = api_fail(e, 400, "unsupported_value", "`n` must be 1 (several choices are not supported); got %lld", (long long)n);
+            goto out;
+        }
+        json_t *lp = json_object_get(o, "logprobs");
+        if (lp != NULL && !json_is_null(lp) && !json_is_false(lp) &&
+            !(json_is_integer(lp) && json_integer_value(lp) == 0)) {
+            rc = api_fail(e, 400, "unsupported_value", "`logprobs` is not supported yet");
+            goto out;
+        }
+        if ((rc = get_int(o, "max_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
+        if ((rc = get_int(o, "max_completion_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
+        proto_sampling *s = &g->sampling;
+        if ((rc = get_num(o, "temperature", 0, 100, &s->temperature, e)) != 0) goto out;
+        if ((rc = get_num(o, "top_p", 0, 1, &s->top_p, e)) != 0) goto out;
+        if ((rc = get_num(o, "min_p", 0, 1, &s->min_p, e)) != 0) goto out;
+        if ((rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, e)) != 0) goto out;
+        if ((rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, e)) != 0) goto out;
+        if ((rc = get_num(o, "repeat_penalty", 1e-6, 100, &s->repeat_penalty, e)) != 0) goto out;
+        if ((rc = get_int(o, "top_k", -1, INT32_MAX, &top_k, &had_top_k, e)) != 0) goto out;
+        if (had_top_k) s->top_k = (int32_t)top_k;
+        if ((rc = get_int(o, "seed", -1, INT64_MAX, &seed, &had_seed, e)) != 0) goto out;
+        if (had_seed && seed >= 0) {
+            s->has_seed = true;
+            s->seed = (uint64_t)seed;
+        }
+        if ((rc = get_bool(o, "stream", &g->stream, e)) != 0) goto out;
+        json_t *so = json_object_get(o, "stream_options");
+        if (so != NULL && !json_is_null(so)) {
+            if (!json_is_object(so)) {
+                rc = api_fail(e, 400, "invalid_type", "`stream_options` must be an object");
+                goto out;
+            }
+            if ((rc = get_bool(so, "include_usage", &g->include_usage, e)) != 0) goto out;
+        }
+        if ((rc = parse_stops(o, g, e)) != 0) goto out;
+        if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
+        rc = kind == API_CHAT ? parse_messages(env, o, g, e) : parse_prompt(env, o, "prompt", g, e);
+    }
+    if (rc != 0) goto out;
+    if (g->n_prompt == 0) {
+        rc = api_fail(e, 400, "invalid_prompt", "the prompt has no tokens");
+        goto out;
+    }
+    if (env->n_ctx > 0 && (int64_t)g->n_prompt >= env->n_ctx + (kind == API_EMBEDDING)) {
+        rc = api_fail(e, 400, "context_length_exceeded",
+                      "the prompt is %zu tokens; the context holds %lld", g->n_prompt,
+                      (long long)env->n_ctx);
+        goto out;
+    }
+    /* Never ask past the context: the answer then ends with `length`. */
+    if (kind != API_EMBEDDING && env->n_ctx > 0) {
+        int64_t room = env->n_ctx - (int64_t)g->n_prompt;
+        if (g->max_tokens < 0 || g->max_tokens > room) g->max_tokens = room;
+    }
+out:
+    json_decref(o);
+    if (rc != 0) api_gen_free(g);
+    return rc;
+}
+
+/* --- responses --- */
+
+json_t *api_timings(const api_result *r)
+{
+    const sreq_stats *s = &r->stats;
+    double pps = s->predicted_ms > 0 ? (double)s->predicted_n * 1000.0 / s->predicted_ms : 0.0;
+    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i}", "queue_ms", r->queue_ms,
+                     "prompt_n", (json_int_t)s->prompt_n, "cached_n", (json_int_t)s->cached_n,
+                     "prompt_ms", s->prompt_ms, "ttft_ms", r->ttft_ms, "predicted_n",
+                     (json_int_t)s->predicted_n, "predicted_ms", s->predicted_ms,
+                     "predicted_per_second", pps, "replica", r->replica);
+}
+
+json_t *api_usage(const api_result *r)
+{
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+                     "completion_tokens", (json_int_t)r->completion_tokens, "total_tokens",
+                     (json_int_t)(r->prompt_tokens + r->completion_tokens),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->stats.cached_n);
+}
+
+static json_t *envelope(const api_env *env, enum api_kind kind, uint64_t serial, bool chunk)
+{
+    char id[48];
+    snprintf(id, sizeof(id), "%s-%llu", kind == API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)serial);
+    const char *object = kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                          : "text_completion";
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", object, "created",
+                     (json_int_t)time(NULL), "model", env->model_name);
+}
+
+json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
+                            const char *text, size_t n_text)
+{
+    json_t *j = envelope(env, kind, res->serial, false);
+    json_t *choice;
+    if (kind == API_CHAT) {
+        choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role",
+                           "assistant", "content", text, n_text, "logprobs", "finish_reason",
+                           res->finish_reason);
+    } else {
+        choice = json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", text, n_text, "logprobs",
+                           "finish_reason", res->finish_reason);
+    }
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    json_object_set_new(j, "usage", api_usage(res));
+    json_object_set_new(j, "timings", api_timings(res));
+    return j;
+}
+
+json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial,
+                         const char *text, size_t n_text, const char *finish_reason, bool first)
+{
+    json_t *j = envelope(env, kind, serial, true);
+    json_t *choice;
+    json_t *fin = finish_reason ? json_string(finish_reason) : json_null();
+    if (kind == API_CHAT) {
+        json_t *delta = json_object();
+        if (first) json_object_set_new(delta, "role", json_string("assistant"));
+        if (n_text > 0 || finish_reason == NULL) {
+            json_object_set_new(delta, "content", json_stringn(text ? text : "", n_text));
+        }
+        choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs",
+                           "finish_reason", fin);
+    } else {
+        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", text ? text : "", n_text,
+                           "logprobs", "finish_reason", fin);
+    }
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    return j;
+}
+
+int api_sse_event(sbuf *out, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (s == NULL) return STRATA_ENOMEM;
+    int rc = sbuf_append(out, "data: ", 6);
+    if (rc == 0) rc = sbuf_append(out, s, strlen(s));
+    if (rc == 0) rc = sbuf_append(out, "\n\n", 2);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,711 @@
+/* The HTTP side (server.h): libmicrohttpd in thread-per-connection mode,
+ * routing, auth, bodies, and the handlers that wait on their request.
+ *
+ * Threads: every handler below runs on the connection's own MHD thread. A
+ * generation handler owns one reference to its sreq and is the only reader
+ * of that request's results besides nobody: it waits on result_cond in
+ * 100 ms steps, checking between them whether the client closed its socket
+ * (then the request is cancelled: dropped while queued, `stop` while
+ * running) or whether the server is aborting. Streaming responses run the
+ * same loop inside MHD's content-reader callback, which MHD calls on the
+ * same connection thread. */
+#define _GNU_SOURCE
+#include "serve/server.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "serve/api.h"
+#include "serve/request.h"
+#include "serve/textgen.h"
+#include "text/tokenizer.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTP_DEFAULT_BODY_LIMIT ((size_t)8 << 20)
+#define HTTP_WAIT_STEP_MS 100
+#define HTTP_KEEPALIVE_MS 15000
+
+struct server {
+    server_config cfg;
+    pool *p;
+    metrics m;
+    struct MHD_Daemon *d;
+    int port;
+    atomic_int active;
+    atomic_bool quiescing, aborting;
+    atomic_ullong next_serial;
+};
+
+/* Per HTTP request (MHD's con_cls). */
+typedef struct hctx {
+    sbuf body;
+    bool too_large;
+    bool counted;
+} hctx;
+
+/* --- small helpers --- */
+
+static bool client_gone(int fd)
+{
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return false;
+}
+
+static int conn_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static enum MHD_Result respond(server *s, struct MHD_Connection *c, const char *endpoint,
+                               int status, char *body, const char *ctype, const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0, body,
+                                                             MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (allow != NULL) MHD_add_response_header(r, "Allow", allow);
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    metrics_count_request(&s->m, endpoint, status);
+    return ret;
+}
+
+static enum MHD_Result respond_json(server *s, struct MHD_Connection *c, const char *endpoint,
+                                    int status, json_t *j)
+{
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return respond(s, c, endpoint, status, body, "application/json", NULL);
+}
+
+static enum MHD_Result respond_error(server *s, struct MHD_Connection *c, const char *endpoint,
+                                     const api_error *e, uint64_t serial)
+{
+    if (serial > 0) {
+        LOG_INFO("request %llu: %s -> %d %s: %s", (unsigned long long)serial, endpoint, e->status,
+                 e->code, e->message);
+    }
+    return respond(s, c, endpoint, e->status, api_error_body(e), "application/json", NULL);
+}
+
+/* Constant-time in the key's bytes: the time depends on the key's length
+ * only, never on where the given value first differs. */
+static bool key_matches(const char *given, const char *key)
+{
+    size_t gl = strlen(given), kl = strlen(key);
+    volatile unsigned char diff = (unsigned char)(gl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)((i < gl ? given[i] : 0) ^ key[i]);
+    return diff == 0;
+}
+
+static bool authorized(server *s, struct MHD_Connection *c)
+{
+    if (s->cfg.api_key == NULL) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_matches(h, s->cfg.api_key);
+}
+
+static api_env make_env(server *s)
+{
+    pool_info pi;
+    pool_get_info(s->p, &pi);
+    return (api_env){.voc = s->cfg.voc, .chat_template = s->cfg.chat_template, .bos = s->cfg.bos,
+                     .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx};
+}
+
+/* --- waiting on a request --- */
+
+enum pump_result { PUMP_TEXT, PUMP_IDLE, PUMP_END, PUMP_GONE };
+
+typedef struct gen_run {
+    server *s;
+    sreq *r;
+    api_gen g;
+    api_env env;
+    textgen tg;
+    size_t seen;
+    bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
+    bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
+    char fail_msg[600];
+    int fd;
+    const char *endpoint;
+} gen_run;
+
+/* Waits up to idle_ms for progress and turns new ids into text (appended to
+ * text). PUMP_END once the request is terminal. */
+static enum pump_result pump(gen_run *gr, sbuf *text, int idle_ms)
+{
+    sreq *r = gr->r;
+    int waited = 0;
+    for (;;) {
+        pthread_mutex_lock(&r->result_lock);
+        if (r->n_toks == gr->seen && r->finish == SREQ_FINISH_NONE) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += HTTP_WAIT_STEP_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->result_cond, &r->result_lock, &ts);
+        }
+        size_t n_new = r->n_toks - gr->seen;
+        int32_t *ids = NULL;
+        if (n_new > 0) {
+            ids = malloc(n_new * sizeof(*ids));
+            if (ids != NULL) memcpy(ids, r->toks + gr->seen, n_new * sizeof(*ids));
+            else n_new = 0;
+        }
+        gr->seen += n_new;
+        enum sreq_finish fin = r->finish;
+        pthread_mutex_unlock(&r->result_lock);
+        size_t before = text->len;
+        for (size_t i = 0; i < n_new && !gr->tg.ended && !gr->failed; i++) {
+            strata_err err;
+            if (textgen_push(&gr->tg, ids[i], text, &err) != 0) {
+                /* The request keeps its slot until the engine's `done`. */
+                gr->failed = true;
+                snprintf(gr->fail_msg, sizeof(gr->fail_msg), "cannot detokenize the output: %s", err.msg);
+                LOG_ERROR("request %llu: %s; cancelling", (unsigned long long)r->serial, gr->fail_msg);
+                pool_cancel(gr->s->p, r);
+            }
+        }
+        free(ids);
+        if (gr->tg.hit_stop && !gr->stopped_by_us) {
+            gr->stopped_by_us = true;
+            pool_cancel(gr->s->p, r);
+        }
+        if (fin != SREQ_FINISH_NONE) {
+            strata_err err;
+            if (!gr->failed) textgen_finish(&gr->tg, text, &err);
+            return PUMP_END;
+        }
+        if (text->len > before) return PUMP_TEXT;
+        waited += HTTP_WAIT_STEP_MS;
+        if (client_gone(gr->fd) || atomic_load(&gr->s->aborting)) return PUMP_GONE;
+        if (idle_ms > 0 && waited >= idle_ms) return PUMP_IDLE;
+    }
+}
+
+static void fill_result(gen_run *gr, api_result *res)
+{
+    sreq *r = gr->r;
+    pthread_mutex_lock(&r->result_lock);
+    memset(res, 0, sizeof(*res));
+    res->serial = r->serial;
+    res->stats = r->stats;
+    res->finish_reason = gr->tg.hit_stop || r->finish != SREQ_FINISH_LENGTH ? "stop" : "length";
+    res->prompt_tokens = (int64_t)gr->r->gen.n_tokens;
+    if (r->embed) res->prompt_tokens = (int64_t)r->emb.n_tokens;
+    res->completion_tokens = gr->tg.hit_stop ? (int64_t)gr->tg.n_consumed
+                             : r->stats.predicted_n > 0 ? r->stats.predicted_n
+                                                        : (int64_t)r->n_toks;
+    res->queue_ms = r->t_start_ns > 0 ? (double)(r->t_start_ns - r->t_submit_ns) / 1e6 : 0.0;
+    res->ttft_ms = r->t_first_ns > 0 ? (double)(r->t_first_ns - r->t_submit_ns) / 1e6 : 0.0;
+    res->replica = r->served_by;
+    int64_t t_first = r->t_first_ns, t_end = r->t_end_ns, t_submit = r->t_submit_ns;
+    size_t n_toks = r->n_toks;
+    pthread_mutex_unlock(&r->result_lock);
+    metrics *m = &gr->s->m;
+    metrics_add_tokens(m, res->prompt_tokens, (int64_t)n_toks);
+    if (t_first > 0) {
+        metrics_observe_ttft(m, (double)(t_first - t_submit) / 1e9);
+        if (n_toks > 1 && t_end > t_first) {
+            metrics_observe_itl(m, (double)(t_end - t_first) / 1e9, (int64_t)n_toks - 1);
+        }
+    }
+}
+
+/* The request's error when it ended in one (and no stop string ended it
+ * first): 0 otherwise. */
+static int result_error(gen_run *gr, api_error *e)
+{
+    sreq *r = gr->r;
+    if (gr->failed) return api_fail(e, 500, "internal_error", "%s", gr->fail_msg);
+    pthread_mutex_lock(&r->result_lock);
+    int rc = 0;
+    if (r->finish == SREQ_FINISH_ERROR && !gr->tg.hit_stop) {
+        int status = r->err_status ? r->err_status : 500;
+        if (strcmp(r->err_code, PROTO_ERR_CONTEXT_LENGTH) == 0 ||
+            strcmp(r->err_code, PROTO_ERR_BAD_REQUEST) == 0) {
+            status = 400;
+        } else if (strcmp(r->err_code, PROTO_ERR_SHUTTING_DOWN) == 0) {
+            status = 503;
+        }
+        rc = api_fail(e, status, r->err_code[0] ? r->err_code : "engine_error", "%s",
+                      r->err_msg[0] ? r->err_msg : "the engine failed");
+    }
+    pthread_mutex_unlock(&r->result_lock);
+    return rc;
+}
+
+static void gen_run_free(gen_run *gr)
+{
+    if (gr->r != NULL) {
+        pthread_mutex_lock(&gr->r->result_lock);
+        bool open = gr->r->finish == SREQ_FINISH_NONE;
+        pthread_mutex_unlock(&gr->r->result_lock);
+        if (open) pool_cancel(gr->s->p, gr->r); /* it keeps its slot until `done` */
+        sreq_release(gr->r);
+    }
+    textgen_free(&gr->tg);
+    api_gen_free(&gr->g);
+    free(gr);
+}
+
+/* --- streaming --- */
+
+typedef struct stream_st {
+    gen_run *gr;
+    sbuf out;
+    size_t off;
+    bool first, finished;
+} stream_st;
+
+/* Produces the next SSE events into st->out; false when the client left. */
+static bool stream_produce(stream_st *st)
+{
+    gen_run *gr = st->gr;
+    sbuf text = {0};
+    enum pump_result k = pump(gr, &text, HTTP_KEEPALIVE_MS);
+    bool ok = true;
+    if (k == PUMP_GONE) {
+        LOG_INFO("request %llu: client gone during the stream; cancelling",
+                 (unsigned long long)gr->r->serial);
+        ok = false;
+    } else if (k == PUMP_IDLE) {
+        sbuf_append(&st->out, ": keep-alive\n\n", 14);
+    } else {
+        if (text.len > 0) {
+            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial,
+                                                     text.data, text.len, NULL, st->first));
+            st->first = false;
+        }
+        if (k == PUMP_END) {
+            api_error e;
+            api_result res;
+            fill_result(gr, &res);
+            if (result_error(gr, &e) != 0) {
+                LOG_INFO("request %llu: error after the stream began: %s",
+                         (unsigned long long)gr->r->serial, e.message);
+                char *body = api_error_body(&e);
+                sbuf_printf(&st->out, "data: %s\n\n", body ? body : "{}");
+                free(body);
+            } else {
+                json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
+                                                res.finish_reason, st->first);
+                json_object_set_new(last, "timings", api_timings(&res));
+                api_sse_event(&st->out, last);
+                if (gr->g.include_usage) {
+                    json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
+                                                 NULL, false);
+                    json_object_set_new(u, "choices", json_array());
+                    json_object_set_new(u, "usage", api_usage(&res));
+                    json_object_set_new(u, "timings", api_timings(&res));
+                    api_sse_event(&st->out, u);
+                }
+                LOG_INFO("request %llu: %s done (%s, %lld+%lld tokens, replica %d)",
+                         (unsigned long long)gr->r->serial, gr->endpoint, res.finish_reason,
+                         (long long)res.prompt_tokens, (long long)res.completion_tokens,
+                         res.replica);
+            }
+            sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+            st->finished = true;
+        }
+    }
+    sbuf_free(&text);
+    return ok;
+}
+
+static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream_st *st = cls;
+    for (;;) {
+        if (st->off < st->out.len) {
+            size_t n = st->out.len - st->off;
+            if (n > max) n = max;
+            memcpy(buf, st->out.data + st->off, n);
+            st->off += n;
+            if (st->off == st->out.len) st->off = st->out.len = 0;
+            return (ssize_t)n;
+        }
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!stream_produce(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    stream_st *st = cls;
+    gen_run_free(st->gr); /* cancels the request if it is still running */
+    sbuf_free(&st->out);
+    free(st);
+}
+
+/* --- handlers --- */
+
+static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const char *endpoint,
+                                  enum api_kind kind, hctx *h)
+{
+    uint64_t serial = atomic_fetch_add(&s->next_serial, 1) + 1;
+    api_error e;
+    if (atomic_load(&s->quiescing)) {
+        api_fail(&e, 503, "shutting_down", "the server is shutting down");
+        return respond_error(s, c, endpoint, &e, serial);
+    }
+    gen_run *gr = calloc(1, sizeof(*gr));
+    if (gr == NULL) return MHD_NO;
+    gr->s = s;
+    gr->endpoint = endpoint;
+    gr->env = make_env(s);
+    gr->fd = conn_fd(c);
+    if (gr->env.n_ctx == 0) {
+        free(gr);
+        api_fail(&e, 503, "no_engine", "no engine is ready yet");
+        return respond_error(s, c, endpoint, &e, serial);
+    }
+    if (api_parse_gen(&gr->env, kind, h->body.data ? h->body.data : "", h->body.len, &gr->g, &e) != 0) {
+        free(gr);
+        return respond_error(s, c, endpoint, &e, serial);
+    }
+    strata_err err;
+    gr->r = sreq_new(serial, kind == API_EMBEDDING);
+    if (gr->r == NULL || textgen_init(&gr->tg, s->cfg.voc, gr->g.prompt, gr->g.n_prompt,
+                                      (const char *const *)gr->g.stops, gr->g.n_stops, &err) != 0) {
+        gen_run_free(gr);
+        api_fail(&e, 500, "internal_error", "cannot set the request up");
+        return respond_error(s, c, endpoint, &e, serial);
+    }
+    api_gen_move_to(&gr->g, gr->r);
+    LOG_INFO("request %llu: %s, %zu prompt tokens, max_tokens %lld%s", (unsigned long long)serial,
+             endpoint, gr->r->embed ? gr->r->emb.n_tokens : gr->r->gen.n_tokens,
+             (long long)gr->r->gen.max_tokens, gr->g.stream ? ", streamed" : "");
+    enum pool_submit_result sr = pool_submit(s->p, gr->r);
+    if (sr != POOL_SUBMITTED) {
+        if (sr == POOL_QUEUE_FULL) api_fail(&e, 429, "queue_full", "the queue is full; retry later");
+        else if (sr == POOL_STOPPING) api_fail(&e, 503, "shutting_down", "the server is shutting down");
+        else api_fail(&e, 503, "no_engine", "no engine is ready");
+        gen_run_free(gr);
+        return respond_error(s, c, endpoint, &e, serial);
+    }
+    if (gr->g.stream && kind != API_EMBEDDING) {
+        stream_st *st = calloc(1, sizeof(*st));
+        struct MHD_Response *resp =
+            st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_cb, st,
+                                                   stream_free)
+               : NULL;
+        if (resp == NULL) {
+            free(st);
+            gen_run_free(gr);
+            return MHD_NO;
+        }
+        st->gr = gr;
+        st->first = true;
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        metrics_count_request(&s->m, endpoint, 200);
+        return ret;
+    }
+    sbuf text = {0};
+    enum pump_result k;
+    while ((k = pump(gr, &text, 0)) != PUMP_END && k != PUMP_GONE) {
+    }
+    enum MHD_Result ret;
+    if (k == PUMP_GONE) {
+        LOG_INFO("request %llu: client gone before the answer; cancelling",
+                 (unsigned long long)serial);
+        metrics_count_request(&s->m, endpoint, 499);
+        ret = MHD_NO;
+    } else if (result_error(gr, &e) != 0) {
+        ret = respond_error(s, c, endpoint, &e, serial);
+    } else {
+        api_result res;
+        fill_result(gr, &res);
+        json_t *body;
+        if (kind == API_EMBEDDING) {
+            json_t *vec = json_array();
+            pthread_mutex_lock(&gr->r->result_lock);
+            for (size_t i = 0; i < gr->r->n_vec; i++) json_array_append_new(vec, json_real(gr->r->vec[i]));
+            pthread_mutex_unlock(&gr->r->result_lock);
+            body = json_pack("{s:s,s:[{s:s,s:i,s:o}],s:s,s:{s:I,s:I},s:o}", "object", "list",
+                             "data", "object", "embedding", "index", 0, "embedding", vec, "model",
+                             s->cfg.model_name, "usage", "prompt_tokens",
+                             (json_int_t)res.prompt_tokens, "total_tokens",
+                             (json_int_t)res.prompt_tokens, "timings", api_timings(&res));
+        } else {
+            body = api_completion_body(&gr->env, kind, &res, text.data ? text.data : "", text.len);
+        }
+        LOG_INFO("request %llu: %s -> 200 (%s, %lld+%lld tokens, replica %d)",
+                 (unsigned long long)serial, endpoint, res.finish_reason,
+                 (long long)res.prompt_tokens, (long long)res.completion_tokens, res.replica);
+        ret = respond_json(s, c, endpoint, 200, body);
+    }
+    sbuf_free(&text);
+    gen_run_free(gr);
+    return ret;
+}
+
+static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx *h, bool detok)
+{
+    const char *endpoint = detok ? "/detokenize" : "/tokenize";
+    api_error e;
+    json_error_t je;
+    json_t *o = json_loadb(h->body.data ? h->body.data : "", h->body.len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        api_fail(&e, 400, "invalid_json", "the body must be a JSON object");
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    strata_err err;
+    json_t *out = NULL;
+    if (!detok) {
+        json_t *content = json_object_get(o, "content");
+        bool add_special = json_is_true(json_object_get(o, "add_special"));
+        if (!json_is_string(content)) {
+            api_fail(&e, 400, "invalid_type", "`content` must be a string");
+        } else {
+            int32_t *ids;
+            size_t n;
+            if (tok_tokenize_alloc(s->cfg.voc, json_string_value(content), json_string_length(content),
+                                   add_special, true, &ids, &n, &err) != 0) {
+                api_fail(&e, 400, "invalid_value", "cannot tokenize: %s", err.msg);
+            } else {
+                json_t *a = json_array();
+                for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+                free(ids);
+                out = json_pack("{s:o}", "tokens", a);
+            }
+        }
+    } else {
+        json_t *toks = json_object_get(o, "tokens");
+        size_t n = json_array_size(toks);
+        int32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+        bool ok = json_is_array(toks) && ids != NULL;
+        for (size_t i = 0; ok && i < n; i++) {
+            json_t *t = json_array_get(toks, i);
+            ok = json_is_integer(t) && json_integer_value(t) >= 0 &&
+                 json_integer_value(t) < vocab_n_tokens(s->cfg.voc);
+            if (ok) ids[i] = (int32_t)json_integer_value(t);
+        }
+        char *text = NULL;
+        size_t n_text = 0;
+        if (!ok) {
+            api_fail(&e, 400, "invalid_value", "`tokens` must be an array of token ids of this model");
+        } else if (tok_detokenize_alloc(s->cfg.voc, ids, n, 0, &text, &n_text, &err) != 0) {
+            api_fail(&e, 400, "invalid_value", "cannot detokenize: %s", err.msg);
+        } else {
+            out = json_pack("{s:s%}", "content", text, n_text);
+        }
+        free(text);
+        free(ids);
+    }
+    json_decref(o);
+    if (out == NULL) return respond_error(s, c, endpoint, &e, 0);
+    return respond_json(s, c, endpoint, 200, out);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    server *s = cls;
+    hctx *h = *con_cls;
+    size_t limit = s->cfg.max_body_bytes ? s->cfg.max_body_bytes : HTTP_DEFAULT_BODY_LIMIT;
+    api_error e;
+    if (h == NULL) {
+        h = calloc(1, sizeof(*h));
+        if (h == NULL) return MHD_NO;
+        *con_cls = h;
+        h->counted = true;
+        atomic_fetch_add(&s->active, 1);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl != NULL && strtoull(cl, NULL, 10) > limit) {
+            api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
+            /* metrics keep the label's pointer: a literal, never MHD's url */
+            static const char *const labels[] = {"/v1/completions", "/v1/chat/completions",
+                                                 "/v1/embeddings", "/tokenize", "/detokenize"};
+            const char *label = "other";
+            for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++) {
+                if (strcmp(url, labels[i]) == 0) label = labels[i];
+            }
+            return respond_error(s, c, label, &e, 0); /* MHD closes after it */
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!h->too_large && h->body.len + *upload_size > limit) {
+            h->too_large = true;
+            sbuf_free(&h->body);
+        }
+        if (!h->too_large && sbuf_append(&h->body, upload_data, *upload_size) != 0) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    /* The whole request is here. */
+    static const struct {
+        const char *path, *method;
+    } routes[] = {{"/health", "GET"},   {"/v1/models", "GET"},  {"/metrics", "GET"},
+                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+                  {"/v1/embeddings", "POST"},  {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+    int route = -1;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(url, routes[i].path) == 0) route = (int)i;
+    }
+    if (route < 0) {
+        api_fail(&e, 404, "not_found", "no route %.100s %.200s", method, url);
+        return respond_error(s, c, "other", &e, 0);
+    }
+    const char *endpoint = routes[route].path;
+    if (strcmp(method, routes[route].method) != 0) {
+        api_fail(&e, 405, "method_not_allowed", "%s takes %s", endpoint, routes[route].method);
+        return respond(s, c, endpoint, 405, api_error_body(&e), "application/json",
+                       routes[route].method);
+    }
+    if (route != 0 && !authorized(s, c)) {
+        api_fail(&e, 401, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    if (h->too_large) {
+        api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    pool_info pi;
+    switch (route) {
+    case 0:
+        pool_get_info(s->p, &pi);
+        if (pi.n_ready == 0 || atomic_load(&s->quiescing)) {
+            api_fail(&e, 503, "unavailable", atomic_load(&s->quiescing) ? "shutting down" : "no engine is ready yet");
+            return respond_error(s, c, endpoint, &e, 0);
+        }
+        return respond_json(s, c, endpoint, 200,
+                            json_pack("{s:s,s:i,s:i}", "status", "ok", "replicas_ready", pi.n_ready,
+                                      "replicas", pi.n_replicas));
+    case 1:
+        pool_get_info(s->p, &pi);
+        return respond_json(s, c, endpoint, 200,
+                            json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:I}}]}", "object", "list", "data",
+                                      "id", s->cfg.model_name, "object", "model", "created",
+                                      (json_int_t)time(NULL), "owned_by", "strata", "meta",
+                                      "n_ctx", (json_int_t)pi.n_ctx));
+    case 2: {
+        pool_get_info(s->p, &pi);
+        sbuf out = {0};
+        metrics_render(&s->m, &pi, &out);
+        metrics_count_request(&s->m, endpoint, 200); /* counted before it is seen next time */
+        struct MHD_Response *r = MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_FREE);
+        if (r == NULL) {
+            sbuf_free(&out);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    case 3: return handle_gen(s, c, endpoint, API_COMPLETION, h);
+    case 4: return handle_gen(s, c, endpoint, API_CHAT, h);
+    case 5: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
+    case 6: return handle_tokenize(s, c, h, false);
+    default: return handle_tokenize(s, c, h, true);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    server *s = cls;
+    hctx *h = *con_cls;
+    if (h == NULL) return;
+    if (h->counted) atomic_fetch_sub(&s->active, 1);
+    sbuf_free(&h->body);
+    free(h);
+    *con_cls = NULL;
+}
+
+int server_start(server **out, const server_config *c, pool *p, strata_err *err)
+{
+    server *s = calloc(1, sizeof(*s));
+    if (s == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    s->cfg = *c;
+    s->p = p;
+    metrics_init(&s->m);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+    if (inet_pton(AF_INET, c->host ? c->host : "127.0.0.1", &addr.sin_addr) != 1) {
+        metrics_free(&s->m);
+        free(s);
+        return strata_err_set(err, STRATA_EINVAL, "--host %s is not an IPv4 address", c->host);
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
+    if (s->d == NULL) {
+        metrics_free(&s->m);
+        free(s);
+        return strata_err_set(err, STRATA_EIO, "cannot listen on %s:%d", c->host ? c->host : "127.0.0.1", c->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : c->port;
+    *out = s;
+    return 0;
+}
+
+int server_port(const server *s)
+{
+    return s->port;
+}
+
+void server_quiesce(server *s)
+{
+    atomic_store(&s->quiescing, true);
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+int server_active(const server *s)
+{
+    return atomic_load(&((server *)s)->active);
+}
+
+void server_stop(server *s)
+{
+    if (s == NULL) return;
+    atomic_store(&s->aborting, true);
+    MHD_stop_daemon(s->d);
+    metrics_free(&s->m);
+    free(s);
+}

@@ -1,0 +1,53 @@
+/* Prometheus metrics of the server (names documented in the README):
+ *   strata_requests_total{endpoint,status}   counter
+ *   strata_prompt_tokens_total               counter
+ *   strata_generated_tokens_total            counter
+ *   strata_time_to_first_token_seconds       histogram
+ *   strata_inter_token_latency_seconds       histogram (per generated token)
+ *   strata_queue_depth                       gauge
+ *   strata_replica_in_flight{replica}        gauge
+ *   strata_replica_ready{replica}            gauge
+ *   strata_engine_restarts_total{replica}    counter
+ * All counters live behind metrics_lock; gauges are read from the pool at
+ * scrape time. */
+#ifndef STRATA_SERVE_METRICS_H
+#define STRATA_SERVE_METRICS_H
+
+#include "serve/pool.h"
+#include "serve/textgen.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define METRICS_N_BUCKETS 14
+#define METRICS_MAX_SERIES 128
+
+typedef struct metrics_hist {
+    uint64_t counts[METRICS_N_BUCKETS + 1]; /* the last is +Inf */
+    double sum;
+    uint64_t n;
+} metrics_hist;
+
+typedef struct metrics {
+    pthread_mutex_t metrics_lock;
+    struct {
+        const char *endpoint; /* a string literal */
+        int status;
+        uint64_t n;
+    } series[METRICS_MAX_SERIES];
+    int n_series;
+    uint64_t prompt_tokens, generated_tokens;
+    metrics_hist ttft, itl;
+} metrics;
+
+void metrics_init(metrics *m);
+void metrics_free(metrics *m);
+/* endpoint must be a string literal (or outlive m). */
+void metrics_count_request(metrics *m, const char *endpoint, int status);
+void metrics_add_tokens(metrics *m, int64_t prompt, int64_t generated);
+void metrics_observe_ttft(metrics *m, double seconds);
+void metrics_observe_itl(metrics *m, double seconds, int64_t n_tokens);
+/* The exposition text into out. */
+int metrics_render(metrics *m, const pool_info *pi, sbuf *out);
+
+#endif

@@ -1,0 +1,78 @@
+/* The replicas of a server and the admission queue in front of them.
+ *
+ * A pool starts N engine processes (replica.c), restarts them with backoff
+ * when they die, and routes requests (router.c): a request goes to the ready
+ * replica with the most free slots, or waits in one bounded FIFO queue shared
+ * by all replicas until a slot frees.
+ *
+ * Ownership (DESIGN.md): while a request is queued or holds an engine slot,
+ * the pool holds a reference to it; it lets go after the request's terminal
+ * message, after the engine serving it died (the request then carries a 503
+ * error), or when it is dropped from the queue. A cancelled request keeps its
+ * slot until its terminal message. */
+#ifndef STRATA_SERVE_POOL_H
+#define STRATA_SERVE_POOL_H
+
+#include "base/err.h"
+#include "serve/request.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct pool_config {
+    const char *engine_path;        /* the executable to start */
+    const char *const *engine_args; /* its arguments after argv[0], NULL-terminated */
+    int n_replicas;                 /* >= 1 */
+    int n_slots;                    /* slots the server uses per replica (>= 1) */
+    int max_queue;                  /* requests that may wait; 0: none */
+    int ping_interval_ms;           /* 0: 1000 */
+    int ping_timeout_ms;            /* an engine silent this long is killed; 0: 10000 */
+    int ready_timeout_ms;           /* from start to `ready`; 0: 600000 */
+    int backoff_min_ms, backoff_max_ms; /* restart delays; 0: 100 and 5000 */
+} pool_config;
+
+typedef struct pool pool;
+
+/* Starts the engines (returns without waiting for their `ready`). The
+ * configuration's strings must outlive the pool. */
+int pool_start(pool **out, const pool_config *c, strata_err *err);
+
+/* Stops routing, fails queued requests, asks each engine to shut down, waits
+ * up to grace_ms for them to exit, kills the rest, reaps them and frees the
+ * pool. Requests still in flight get a terminal error. */
+void pool_stop(pool *p, int grace_ms);
+
+enum pool_submit_result {
+    POOL_SUBMITTED = 0,
+    POOL_QUEUE_FULL = 1, /* 429 */
+    POOL_NO_ENGINE = 2,  /* 503: no replica is ready */
+    POOL_STOPPING = 3,   /* 503: shutting down */
+};
+
+/* Hands r to a replica or to the queue (the pool takes its own reference). */
+enum pool_submit_result pool_submit(pool *p, sreq *r);
+
+/* Cancels r: dropped (and finished as cancelled) while queued, sent `stop`
+ * when running. Idempotent; r stays valid for the caller. */
+void pool_cancel(pool *p, sreq *r);
+
+typedef struct pool_replica_info {
+    int ready;       /* 1 when routable */
+    int in_flight;   /* slots held, cancelled requests included */
+    int slots;       /* usable slots */
+    int64_t restarts;
+    int64_t n_ctx;
+    int embeddings;  /* the engine said it can embed (unknown: 1) */
+} pool_replica_info;
+
+#define POOL_MAX_REPLICAS 64
+
+typedef struct pool_info {
+    int n_replicas, n_ready, queue_depth;
+    int64_t n_ctx; /* the smallest n_ctx of the ready replicas, 0 if none */
+    pool_replica_info rep[POOL_MAX_REPLICAS];
+} pool_info;
+
+void pool_get_info(pool *p, pool_info *out);
+
+#endif

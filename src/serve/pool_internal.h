@@ -1,0 +1,83 @@
+/* Shared by replica.c (processes, reader threads, supervision) and router.c
+ * (queue and dispatch). Not for other files.
+ *
+ * Locks, always taken in this order and never the other way round:
+ *   pool.sched_lock    — the queue, every replica's state/slots/ids/timers
+ *   replica.write_lock — the replica's stdin fd and each sreq.gen_sent
+ *   sreq.result_lock   — a request's results
+ * A pipe write never happens under sched_lock (an engine that does not read
+ * would stall routing). */
+#ifndef STRATA_SERVE_POOL_INTERNAL_H
+#define STRATA_SERVE_POOL_INTERNAL_H
+
+#include "serve/pool.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+enum replica_state {
+    REPLICA_DOWN = 0,  /* no process; restarts at restart_at_ns */
+    REPLICA_STARTING,  /* process started, no `ready` yet */
+    REPLICA_READY,
+};
+
+typedef struct replica {
+    struct pool *p;
+    int index;
+    /* sched_lock: */
+    enum replica_state state;
+    pid_t pid;
+    uint64_t conn_gen;     /* bumped at every start */
+    uint64_t next_id;      /* never reused on one connection */
+    sreq **slots;          /* n_slots entries, NULL when free */
+    int n_usable, n_busy;
+    int64_t n_ctx;
+    int64_t started_ns, restart_at_ns, last_pong_ns, last_ping_ns;
+    int backoff_ms;
+    int64_t restarts;
+    bool reader_live;      /* a reader thread exists and is not joined */
+    bool reader_done;      /* it finished the death path; join it */
+    pthread_t reader;
+    /* write_lock: */
+    pthread_mutex_t write_lock;
+    int fd_in;
+    uint64_t fd_gen;       /* the conn_gen fd_in belongs to */
+} replica;
+
+struct pool {
+    pool_config cfg;
+    pthread_mutex_t sched_lock;
+    pthread_cond_t sched_cond; /* replica state changes, for the supervisor */
+    replica *reps;
+    /* sched_lock: */
+    sreq **queue;             /* FIFO, queue[0] first */
+    int n_queue;
+    bool stopping;
+    pthread_t supervisor;
+};
+
+/* A request assigned to a replica under sched_lock whose `gen` must still be
+ * written (after sched_lock is released). */
+typedef struct pool_send {
+    replica *rep;
+    sreq *req;
+} pool_send;
+
+typedef struct pool_sends {
+    pool_send *v;
+    int n, cap;
+} pool_sends;
+
+/* router.c: under sched_lock, moves queued requests to free slots. */
+void pool_dispatch_locked(pool *p, pool_sends *out);
+/* router.c: writes the collected gens (no lock held) and frees the list. */
+void pool_flush_sends(pool *p, pool_sends *s);
+/* router.c: under sched_lock, removes r from its slot (if still there). */
+bool pool_unslot_locked(pool *p, sreq *r);
+
+/* replica.c */
+int replica_spawn(replica *rep, strata_err *err);
+int replica_write(replica *rep, uint64_t conn_gen, const char *line);
+void *pool_supervise(void *arg);
+
+#endif

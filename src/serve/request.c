@@ -1,0 +1,107 @@
+/* Server request objects: reference counting and result storage (request.h).
+ * No thread of its own; written by replica reader threads, read by HTTP
+ * handler threads, both under result_lock. */
+#include "serve/request.h"
+
+#include "base/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+sreq *sreq_new(uint64_t serial, bool embed)
+{
+    sreq *r = calloc(1, sizeof(*r));
+    if (r == NULL) return NULL;
+    atomic_init(&r->refs, 1);
+    r->serial = serial;
+    r->embed = embed;
+    r->gen.sampling = proto_sampling_default();
+    r->gen.max_tokens = -1;
+    r->gen.logprobs = -1;
+    r->replica = -1;
+    r->served_by = -1;
+    pthread_mutex_init(&r->result_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->result_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    r->t_submit_ns = strata_clock_ns();
+    return r;
+}
+
+void sreq_retain(sreq *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+}
+
+void sreq_release(sreq *r)
+{
+    if (r == NULL) return;
+    if (atomic_fetch_sub(&r->refs, 1) != 1) return;
+    pthread_mutex_destroy(&r->result_lock);
+    pthread_cond_destroy(&r->result_cond);
+    free(r->gen.tokens);
+    free(r->gen.stop_tokens);
+    free(r->gen.sampling.logit_bias);
+    free(r->emb.tokens);
+    free(r->toks);
+    free(r->vec);
+    free(r);
+}
+
+int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->result_lock);
+    if (r->finish == SREQ_FINISH_NONE) {
+        if (r->n_toks + n > r->cap_toks) {
+            size_t cap = r->cap_toks ? r->cap_toks * 2 : 64;
+            while (cap < r->n_toks + n) cap *= 2;
+            int32_t *t = realloc(r->toks, cap * sizeof(*t));
+            if (t == NULL) {
+                rc = -1;
+                goto out;
+            }
+            r->toks = t;
+            r->cap_toks = cap;
+        }
+        if (r->n_toks == 0 && n > 0) r->t_first_ns = strata_clock_ns();
+        memcpy(r->toks + r->n_toks, ids, n * sizeof(*ids));
+        r->n_toks += n;
+        pthread_cond_broadcast(&r->result_cond);
+    }
+out:
+    pthread_mutex_unlock(&r->result_lock);
+    return rc;
+}
+
+void sreq_finish_with(sreq *r, enum sreq_finish finish, const sreq_stats *stats, int status,
+                      const char *code, const char *msg)
+{
+    pthread_mutex_lock(&r->result_lock);
+    if (r->finish == SREQ_FINISH_NONE) {
+        r->finish = finish;
+        if (stats != NULL) r->stats = *stats;
+        r->err_status = status;
+        snprintf(r->err_code, sizeof(r->err_code), "%s", code ? code : "");
+        snprintf(r->err_msg, sizeof(r->err_msg), "%s", msg ? msg : "");
+        r->t_end_ns = strata_clock_ns();
+        pthread_cond_broadcast(&r->result_cond);
+    }
+    pthread_mutex_unlock(&r->result_lock);
+}
+
+int sreq_set_vector(sreq *r, const float *v, size_t n)
+{
+    float *copy = malloc((n ? n : 1) * sizeof(float));
+    if (copy == NULL) return -1;
+    memcpy(copy, v, n * sizeof(float));
+    pthread_mutex_lock(&r->result_lock);
+    free(r->vec);
+    r->vec = copy;
+    r->n_vec = n;
+    pthread_mutex_unlock(&r->result_lock);
+    return 0;
+}

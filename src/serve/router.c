@@ -1,0 +1,340 @@
+/* The pool's routing: its lifetime, the bounded FIFO admission queue shared
+ * by all replicas, choosing a replica, and cancellation (pool.h). Runs on the
+ * calling threads (HTTP handlers, replica readers); no thread of its own
+ * besides the supervisor it starts (replica.c). */
+#define _GNU_SOURCE
+#include "serve/pool_internal.h"
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "serve/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A replica's score for the next request: its free slots. (Prefix-cache
+ * affinity joins here when the engine reports it.) Returns NAN for a replica
+ * that must not be chosen. */
+static double replica_score_locked(const replica *rep)
+{
+    if (rep->state != REPLICA_READY) return NAN;
+    int free_slots = rep->n_usable - rep->n_busy;
+    return free_slots > 0 ? (double)free_slots : NAN;
+}
+
+/* The index of the best replica, or -1. A score that is not finite is
+ * ignored, never trusted (it could be NaN from a division by zero). */
+int pool_choose_locked(const double *scores, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(scores[i]) || scores[i] <= 0) continue;
+        if (best < 0 || scores[i] > scores[best]) best = i;
+    }
+    return best;
+}
+
+static void sends_push(pool_sends *s, replica *rep, sreq *r)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        pool_send *v = realloc(s->v, (size_t)cap * sizeof(*v));
+        if (v == NULL) return; /* cannot happen in practice; the request then waits for its slot's death */
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (pool_send){rep, r};
+}
+
+void pool_dispatch_locked(pool *p, pool_sends *out)
+{
+    double scores[POOL_MAX_REPLICAS];
+    while (p->n_queue > 0 && !p->stopping) {
+        for (int i = 0; i < p->cfg.n_replicas; i++) scores[i] = replica_score_locked(&p->reps[i]);
+        int best = pool_choose_locked(scores, p->cfg.n_replicas);
+        if (best < 0) return;
+        replica *rep = &p->reps[best];
+        sreq *r = p->queue[0];
+        memmove(p->queue, p->queue + 1, (size_t)(p->n_queue - 1) * sizeof(*p->queue));
+        p->n_queue--;
+        int slot = 0;
+        while (rep->slots[slot] != NULL) slot++;
+        rep->slots[slot] = r; /* the queue's reference moves to the slot */
+        rep->n_busy++;
+        r->replica = best;
+        r->engine_id = rep->next_id++;
+        r->conn_gen = rep->conn_gen;
+        pthread_mutex_lock(&r->result_lock);
+        r->t_start_ns = strata_clock_ns();
+        pthread_mutex_unlock(&r->result_lock);
+        sends_push(out, rep, r);
+    }
+}
+
+bool pool_unslot_locked(pool *p, sreq *r)
+{
+    if (r->replica < 0) return false;
+    replica *rep = &p->reps[r->replica];
+    for (int i = 0; i < p->cfg.n_slots; i++) {
+        if (rep->slots[i] == r) {
+            rep->slots[i] = NULL;
+            rep->n_busy--;
+            r->replica = -1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Writes one gen, unless the request was cancelled before it went out: then
+ * the engine never hears of it and the slot is freed here. */
+static void send_one(pool *p, replica *rep, sreq *r, pool_sends *more)
+{
+    pthread_mutex_lock(&rep->write_lock);
+    pthread_mutex_lock(&r->result_lock);
+    bool cancelled = r->cancel_requested;
+    pthread_mutex_unlock(&r->result_lock);
+    bool drop = cancelled;
+    if (!cancelled && rep->fd_in >= 0 && rep->fd_gen == r->conn_gen) {
+        char *line = wire_encode_request(r, r->engine_id);
+        if (line == NULL) {
+            drop = true;
+        } else {
+            r->gen_sent = true;
+            size_t n = strlen(line), off = 0;
+            while (off < n) {
+                ssize_t k = write(rep->fd_in, line + off, n - off);
+                if (k < 0 && errno == EINTR) continue;
+                if (k <= 0) break; /* the reader sees EOF and fails the request */
+                off += (size_t)k;
+            }
+            free(line);
+        }
+    }
+    pthread_mutex_unlock(&rep->write_lock);
+    if (!drop) return;
+    pthread_mutex_lock(&p->sched_lock);
+    bool was_slotted = r->conn_gen == rep->conn_gen && pool_unslot_locked(p, r);
+    if (was_slotted) pool_dispatch_locked(p, more);
+    pthread_mutex_unlock(&p->sched_lock);
+    if (was_slotted) {
+        sreq_finish_with(r, cancelled ? SREQ_FINISH_CANCELLED : SREQ_FINISH_ERROR, NULL, 500,
+                         "internal_error", "out of memory");
+        sreq_release(r);
+    }
+}
+
+void pool_flush_sends(pool *p, pool_sends *s)
+{
+    for (int i = 0; i < s->n; i++) send_one(p, s->v[i].rep, s->v[i].req, s);
+    free(s->v);
+    *s = (pool_sends){0};
+}
+
+enum pool_submit_result pool_submit(pool *p, sreq *r)
+{
+    pool_sends sends = {0};
+    enum pool_submit_result res = POOL_SUBMITTED;
+    pthread_mutex_lock(&p->sched_lock);
+    int n_ready = 0, n_free = 0;
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        if (p->reps[i].state != REPLICA_READY) continue;
+        n_ready++;
+        n_free += p->reps[i].n_usable - p->reps[i].n_busy;
+    }
+    if (p->stopping) {
+        res = POOL_STOPPING;
+    } else if (n_ready == 0) {
+        res = POOL_NO_ENGINE;
+    } else if (n_free == 0 && p->n_queue >= p->cfg.max_queue) {
+        res = POOL_QUEUE_FULL;
+    } else {
+        sreq_retain(r);
+        p->queue[p->n_queue++] = r;
+        pool_dispatch_locked(p, &sends);
+    }
+    pthread_mutex_unlock(&p->sched_lock);
+    pool_flush_sends(p, &sends);
+    return res;
+}
+
+void pool_cancel(pool *p, sreq *r)
+{
+    pthread_mutex_lock(&r->result_lock);
+    bool already = r->cancel_requested || r->finish != SREQ_FINISH_NONE;
+    r->cancel_requested = true;
+    pthread_mutex_unlock(&r->result_lock);
+    if (already) return;
+    bool dropped = false;
+    replica *rep = NULL;
+    uint64_t id = 0, gen = 0;
+    pthread_mutex_lock(&p->sched_lock);
+    for (int i = 0; i < p->n_queue; i++) {
+        if (p->queue[i] != r) continue;
+        memmove(p->queue + i, p->queue + i + 1, (size_t)(p->n_queue - i - 1) * sizeof(*p->queue));
+        p->n_queue--;
+        dropped = true;
+        break;
+    }
+    if (!dropped && r->replica >= 0) {
+        rep = &p->reps[r->replica];
+        id = r->engine_id;
+        gen = r->conn_gen;
+    }
+    pthread_mutex_unlock(&p->sched_lock);
+    if (dropped) {
+        LOG_DEBUG("request %llu: cancelled while queued", (unsigned long long)r->serial);
+        sreq_finish_with(r, SREQ_FINISH_CANCELLED, NULL, 0, NULL, NULL);
+        sreq_release(r); /* the queue's reference */
+        return;
+    }
+    if (rep == NULL) return; /* already terminal: nothing holds it */
+    /* gen_sent is guarded by write_lock: either the sender saw our flag and
+     * never sent, or we see gen_sent and send `stop` after it. */
+    pthread_mutex_lock(&rep->write_lock);
+    if (r->gen_sent && rep->fd_in >= 0 && rep->fd_gen == gen) {
+        char *line = wire_encode_stop(id);
+        size_t n = line ? strlen(line) : 0, off = 0;
+        while (off < n) {
+            ssize_t k = write(rep->fd_in, line + off, n - off);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;
+            off += (size_t)k;
+        }
+        free(line);
+    }
+    pthread_mutex_unlock(&rep->write_lock);
+}
+
+int pool_start(pool **out, const pool_config *c, strata_err *err)
+{
+    if (c->n_replicas < 1 || c->n_replicas > POOL_MAX_REPLICAS || c->n_slots < 1 ||
+        c->max_queue < 0) {
+        return strata_err_set(err, STRATA_EINVAL, "bad pool configuration");
+    }
+    pool *p = calloc(1, sizeof(*p));
+    if (p == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    p->cfg = *c;
+    if (p->cfg.ping_interval_ms <= 0) p->cfg.ping_interval_ms = 1000;
+    if (p->cfg.ping_timeout_ms <= 0) p->cfg.ping_timeout_ms = 10000;
+    if (p->cfg.ready_timeout_ms <= 0) p->cfg.ready_timeout_ms = 600000;
+    if (p->cfg.backoff_min_ms <= 0) p->cfg.backoff_min_ms = 100;
+    if (p->cfg.backoff_max_ms <= 0) p->cfg.backoff_max_ms = 5000;
+    pthread_mutex_init(&p->sched_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->sched_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    p->queue = calloc((size_t)c->max_queue + 1, sizeof(*p->queue));
+    p->reps = calloc((size_t)c->n_replicas, sizeof(*p->reps));
+    bool ok = p->queue != NULL && p->reps != NULL;
+    for (int i = 0; ok && i < c->n_replicas; i++) {
+        replica *rep = &p->reps[i];
+        rep->p = p;
+        rep->index = i;
+        rep->fd_in = -1;
+        rep->state = REPLICA_DOWN;
+        pthread_mutex_init(&rep->write_lock, NULL);
+        rep->slots = calloc((size_t)c->n_slots, sizeof(*rep->slots));
+        if (rep->slots == NULL) ok = false;
+    }
+    signal(SIGPIPE, SIG_IGN); /* a dead engine's pipe gives EPIPE, not death */
+    if (ok && pthread_create(&p->supervisor, NULL, pool_supervise, p) != 0) ok = false;
+    if (!ok) {
+        for (int i = 0; p->reps != NULL && i < c->n_replicas; i++) free(p->reps[i].slots);
+        free(p->reps);
+        free(p->queue);
+        free(p);
+        return strata_err_set(err, STRATA_ENOMEM, "cannot start the pool");
+    }
+    *out = p;
+    return 0;
+}
+
+void pool_stop(pool *p, int grace_ms)
+{
+    if (p == NULL) return;
+    pthread_mutex_lock(&p->sched_lock);
+    p->stopping = true;
+    int n_q = p->n_queue;
+    sreq **q = malloc((size_t)(n_q ? n_q : 1) * sizeof(*q));
+    if (q != NULL) memcpy(q, p->queue, (size_t)n_q * sizeof(*q));
+    else n_q = 0;
+    p->n_queue = 0;
+    pthread_cond_broadcast(&p->sched_cond);
+    pthread_mutex_unlock(&p->sched_lock);
+    pthread_join(p->supervisor, NULL); /* nothing restarts from here on */
+    for (int i = 0; i < n_q; i++) {
+        sreq_finish_with(q[i], SREQ_FINISH_ERROR, NULL, 503, "shutting_down",
+                         "the server is shutting down");
+        sreq_release(q[i]);
+    }
+    free(q);
+    char *bye = wire_encode_shutdown();
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        replica *rep = &p->reps[i];
+        pthread_mutex_lock(&rep->write_lock);
+        uint64_t gen = rep->fd_gen;
+        pthread_mutex_unlock(&rep->write_lock);
+        if (bye != NULL) replica_write(rep, gen, bye);
+    }
+    free(bye);
+    int64_t deadline = strata_clock_ns() + (int64_t)grace_ms * 1000000;
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        replica *rep = &p->reps[i];
+        pthread_mutex_lock(&p->sched_lock);
+        while (rep->reader_live && !rep->reader_done && strata_clock_ns() < deadline) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 20 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&p->sched_cond, &p->sched_lock, &ts);
+        }
+        pid_t pid = rep->reader_live && !rep->reader_done ? rep->pid : 0;
+        bool join = rep->reader_live;
+        rep->reader_live = false;
+        pthread_mutex_unlock(&p->sched_lock);
+        if (pid > 0) kill(pid, SIGKILL); /* the reader reaps it */
+        if (join) pthread_join(rep->reader, NULL);
+    }
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        pthread_mutex_destroy(&p->reps[i].write_lock);
+        free(p->reps[i].slots);
+    }
+    pthread_mutex_destroy(&p->sched_lock);
+    pthread_cond_destroy(&p->sched_cond);
+    free(p->reps);
+    free(p->queue);
+    free(p);
+}
+
+void pool_get_info(pool *p, pool_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&p->sched_lock);
+    out->n_replicas = p->cfg.n_replicas;
+    out->queue_depth = p->n_queue;
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        replica *rep = &p->reps[i];
+        pool_replica_info *ri = &out->rep[i];
+        ri->ready = rep->state == REPLICA_READY;
+        ri->in_flight = rep->n_busy;
+        ri->slots = rep->n_usable;
+        ri->restarts = rep->restarts;
+        ri->n_ctx = rep->n_ctx;
+        ri->embeddings = 1;
+        if (ri->ready) {
+            out->n_ready++;
+            if (out->n_ctx == 0 || rep->n_ctx < out->n_ctx) out->n_ctx = rep->n_ctx;
+        }
+    }
+    pthread_mutex_unlock(&p->sched_lock);
+}

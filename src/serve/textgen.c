@@ -1,0 +1,141 @@
+/* Generated ids to client text (textgen.h). No threads, no locks. */
+#define _GNU_SOURCE /* memmem */
+#include "serve/textgen.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sbuf_append(sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (d == NULL) return STRATA_ENOMEM;
+        b->data = d;
+        b->cap = cap;
+    }
+    if (n > 0) memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int sbuf_printf(sbuf *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) return STRATA_EINVAL;
+    if ((size_t)n < sizeof(small)) return sbuf_append(b, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (big == NULL) return STRATA_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int rc = sbuf_append(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+void sbuf_free(sbuf *b)
+{
+    free(b->data);
+    *b = (sbuf){0};
+}
+
+int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_prompt,
+                 const char *const *stops, size_t n_stops, strata_err *err)
+{
+    memset(tg, 0, sizeof(*tg));
+    tg->v = v;
+    for (size_t i = 0; i < n_stops && tg->n_stops < TEXTGEN_MAX_STOPS; i++) {
+        if (stops[i] != NULL && stops[i][0] != '\0') tg->stops[tg->n_stops++] = stops[i];
+    }
+    tok_stream_init(&tg->st, v, TOK_DETOK_REMOVE_SPECIAL | TOK_DETOK_STRIP_LEADING_SPACE);
+    for (size_t i = 0; i < n_prompt; i++) {
+        const char *text;
+        size_t n_text;
+        int rc = tok_stream_push(&tg->st, prompt[i], &text, &n_text, err);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+/* Moves what can no longer be part of a stop string from held to out; on a
+ * full match releases the text before it and ends. */
+static int release(textgen *tg, sbuf *out, bool final)
+{
+    const char *h = tg->held.data ? tg->held.data : "";
+    size_t n = tg->held.len;
+    size_t cut = n;  /* earliest full match */
+    for (size_t i = 0; i < tg->n_stops; i++) {
+        const char *m = n ? memmem(h, n, tg->stops[i], strlen(tg->stops[i])) : NULL;
+        if (m != NULL && (size_t)(m - h) < cut) cut = (size_t)(m - h);
+    }
+    if (cut < n) {
+        tg->ended = tg->hit_stop = true;
+        int rc = sbuf_append(out, h, cut);
+        tg->held.len = 0;
+        return rc;
+    }
+    size_t keep = 0; /* longest suffix of held that is a proper prefix of a stop */
+    if (!final) {
+        for (size_t i = 0; i < tg->n_stops; i++) {
+            size_t sl = strlen(tg->stops[i]);
+            for (size_t k = (sl - 1 < n ? sl - 1 : n); k > keep; k--) {
+                if (memcmp(h + n - k, tg->stops[i], k) == 0) {
+                    keep = k;
+                    break;
+                }
+            }
+        }
+    }
+    int rc = sbuf_append(out, h, n - keep);
+    memmove(tg->held.data, h + n - keep, keep);
+    tg->held.len = keep;
+    return rc;
+}
+
+int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
+{
+    if (tg->ended) return 0;
+    tg->n_consumed++;
+    if (vocab_is_eog(tg->v, id)) {
+        tg->ended = true;
+        return 0;
+    }
+    const char *text;
+    size_t n_text;
+    int rc = tok_stream_push(&tg->st, id, &text, &n_text, err);
+    if (rc != 0) return rc;
+    if (sbuf_append(&tg->held, text, n_text) != 0) return STRATA_ENOMEM;
+    return release(tg, out, false);
+}
+
+int textgen_finish(textgen *tg, sbuf *out, strata_err *err)
+{
+    if (!tg->hit_stop) {
+        const char *text;
+        size_t n_text, n_incomplete;
+        int rc = tok_stream_finish(&tg->st, &text, &n_text, &n_incomplete, err);
+        if (rc != 0) return rc;
+        if (sbuf_append(&tg->held, text, n_text - n_incomplete) != 0) return STRATA_ENOMEM;
+        if (n_incomplete > 0 && sbuf_append(&tg->held, "\xef\xbf\xbd", 3) != 0) {
+            return STRATA_ENOMEM;
+        }
+    }
+    int rc = release(tg, out, true);
+    tg->ended = true;
+    return rc;
+}
+
+void textgen_free(textgen *tg)
+{
+    tok_stream_free(&tg->st);
+    sbuf_free(&tg->held);
+}

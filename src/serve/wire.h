@@ -1,0 +1,53 @@
+/* The server's side of the engine protocol: a thin layer over the shared
+ * codec (engine/protocol.h) that turns engine lines into the few facts the
+ * replica code needs, and the server's ops into lines. */
+#ifndef STRATA_SERVE_WIRE_H
+#define STRATA_SERVE_WIRE_H
+
+#include "base/err.h"
+#include "engine/protocol.h"
+#include "serve/request.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum wire_op {
+    WIRE_READY = 1,
+    WIRE_TOK,
+    WIRE_EMB,
+    WIRE_DONE,
+    WIRE_ERR,
+    WIRE_PONG,
+};
+
+typedef struct wire_msg {
+    enum wire_op op;
+    bool has_id;
+    uint64_t id;
+    proto_msg pm;            /* the decoded message; owns the arrays below */
+    const int32_t *tokens;   /* tok */
+    size_t n_tokens;
+    const float *vec;        /* emb */
+    size_t n_vec;
+    enum sreq_finish finish; /* done */
+    sreq_stats stats;        /* done */
+    const char *code;        /* err */
+    const char *message;     /* err */
+    int64_t slots, n_ctx;    /* ready */
+} wire_msg;
+
+/* Decodes one engine line (without its newline). STRATA_EFORMAT with the
+ * reason for anything that is not a well-formed engine message. Free *m with
+ * wire_msg_free (also after an error). */
+int wire_decode(const char *line, size_t len, wire_msg *m, strata_err *err);
+void wire_msg_free(wire_msg *m);
+
+/* The server's ops, as one malloc'd NUL-terminated line ending in '\n'
+ * (caller frees), or NULL when the codec refuses it (logged). */
+char *wire_encode_request(const sreq *r, uint64_t id);
+char *wire_encode_stop(uint64_t id);
+char *wire_encode_ping(uint64_t id);
+char *wire_encode_shutdown(void);
+
+#endif

@@ -1,0 +1,271 @@
+/* A scripted engine for the contract tests: speaks engine protocol v1 (with
+ * the shared codec) on stdin/stdout, and does what each request's prompt
+ * tells it, so a test controls timing and failures per request:
+ *
+ *   prompt = [op, k_hi, k_lo, n_hi, n_lo, delay_hi, delay_lo, arg_hi, arg_lo]
+ *   where each value v is sent as ids 35 + v / 90, 35 + v % 90 (op as 35 + op:
+ *   printable ASCII byte tokens of a SentencePiece vocab).
+ *
+ *   op 0 NORMAL    n tokens (then EOS id 2 and `done` stop), or max_tokens
+ *                  of them (`done` length); one `tok` every `delay` ms
+ *   op 1 ERR       arg tokens, then `err` "internal" "fake failure <k>"
+ *   op 2 DIE       arg tokens, then the process exits with status 3
+ *   op 3 LATE_DONE tokens every delay ms until `stop`; `done` comes arg ms
+ *                  after the `stop`
+ *   op 4 SILENT    nothing until `stop`
+ *   op 5 BAD_TOKEN one token id 99999999 (no vocab has it), then as LATE_DONE
+ *
+ * Token i of request k is 259 + (k * 31 + i * 17) % 253. Stats are a
+ * function of k alone: cached_n k % 5, prompt_ms k * 0.5 + 0.25,
+ * predicted_ms k * 1.25 + 0.5, predicted_n the tokens sent.
+ *
+ * FAKE_ENGINE_LOG=path appends "gen <k>" for each gen received. */
+#define _GNU_SOURCE
+#include "engine/protocol.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct fake_req {
+    bool used;
+    int64_t id;
+    int op, k, n, delay, arg;
+    int64_t max_tokens;
+    int sent;
+    int64_t n_prompt;
+    int64_t next_ms;      /* when to act next */
+    bool stopping;        /* `stop` received */
+    int64_t done_at_ms;   /* LATE_DONE: when to send `done` */
+    bool bad_sent;
+} fake_req;
+
+#define FAKE_MAX 256
+static fake_req g_reqs[FAKE_MAX];
+static proto_buf g_out;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void flush_out(void)
+{
+    size_t off = 0;
+    while (off < g_out.len) {
+        ssize_t k = write(STDOUT_FILENO, g_out.data + off, g_out.len - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) exit(4);
+        off += (size_t)k;
+    }
+    g_out.len = 0;
+}
+
+static void emit(const proto_msg *m)
+{
+    strata_err err;
+    if (proto_encode(m, &g_out, &err) != 0) {
+        fprintf(stderr, "fake_engine: encode: %s\n", err.msg);
+        exit(5);
+    }
+}
+
+static void send_tok(fake_req *r, int32_t id)
+{
+    proto_msg m = {.op = PROTO_OP_TOK, .has_id = true, .id = r->id};
+    m.u.tok.tokens = &id;
+    m.u.tok.n_tokens = 1;
+    emit(&m);
+    r->sent++;
+}
+
+static void send_done(fake_req *r, proto_finish f)
+{
+    proto_msg m = {.op = PROTO_OP_DONE, .has_id = true, .id = r->id};
+    m.u.done.finish = f;
+    m.u.done.stats = (proto_stats){.prompt_n = r->n_prompt, .cached_n = r->k % 5,
+                                   .predicted_n = r->sent, .prompt_ms = r->k * 0.5 + 0.25,
+                                   .predicted_ms = r->k * 1.25 + 0.5};
+    emit(&m);
+    r->used = false;
+}
+
+static int decode2(const int32_t *t)
+{
+    return (t[0] - 35) * 90 + (t[1] - 35);
+}
+
+static void on_gen(const proto_msg *m, FILE *log)
+{
+    const proto_gen *g = &m->u.gen;
+    fake_req *r = NULL;
+    for (int i = 0; i < FAKE_MAX && r == NULL; i++) {
+        if (!g_reqs[i].used) r = &g_reqs[i];
+    }
+    if (r == NULL) {
+        proto_encode_err(&g_out, m->id, PROTO_ERR_INTERNAL, "fake engine full", NULL);
+        return;
+    }
+    memset(r, 0, sizeof(*r));
+    r->used = true;
+    r->id = m->id;
+    r->n_prompt = (int64_t)g->n_tokens;
+    r->max_tokens = g->max_tokens;
+    if (g->n_tokens == 9 && g->tokens[0] >= 35 && g->tokens[0] <= 40) {
+        r->op = g->tokens[0] - 35;
+        r->k = decode2(g->tokens + 1);
+        r->n = decode2(g->tokens + 3);
+        r->delay = decode2(g->tokens + 5);
+        r->arg = decode2(g->tokens + 7);
+    } else {
+        r->op = 0; /* a plain prompt: a few tokens */
+        r->k = (int)g->n_tokens;
+        r->n = 4;
+    }
+    if (log != NULL) {
+        fprintf(log, "gen %d\n", r->k);
+        fflush(log);
+    }
+    r->next_ms = now_ms() + r->delay;
+}
+
+static void step(fake_req *r, int64_t t)
+{
+    if (r->stopping) {
+        if (r->op == 3 || r->op == 5) {
+            if (t >= r->done_at_ms) send_done(r, PROTO_FINISH_CANCELLED);
+        } else {
+            send_done(r, PROTO_FINISH_CANCELLED);
+        }
+        return;
+    }
+    if (t < r->next_ms) return;
+    r->next_ms = t + r->delay;
+    int32_t tok = 259 + (r->k * 31 + r->sent * 17) % 253;
+    switch (r->op) {
+    case 0:
+        if (r->max_tokens >= 0 && r->sent >= r->max_tokens) {
+            send_done(r, PROTO_FINISH_LENGTH);
+        } else if (r->sent >= r->n) {
+            send_tok(r, 2);
+            send_done(r, PROTO_FINISH_STOP);
+        } else {
+            send_tok(r, tok);
+        }
+        break;
+    case 1:
+        if (r->sent >= r->arg) {
+            char msg[64];
+            snprintf(msg, sizeof(msg), "fake failure %d", r->k);
+            proto_encode_err(&g_out, r->id, PROTO_ERR_INTERNAL, msg, NULL);
+            r->used = false;
+        } else {
+            send_tok(r, tok);
+        }
+        break;
+    case 2:
+        if (r->sent >= r->arg) {
+            flush_out();
+            _exit(3);
+        }
+        send_tok(r, tok);
+        break;
+    case 5:
+        if (!r->bad_sent) {
+            r->bad_sent = true;
+            send_tok(r, 99999999);
+            break;
+        }
+        /* fall through */
+    case 3: send_tok(r, tok); break;
+    default: break; /* 4: silent */
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int slots = 1, n_ctx = 512;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--slots") == 0) slots = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--ctx") == 0) n_ctx = atoi(argv[i + 1]);
+    }
+    const char *log_path = getenv("FAKE_ENGINE_LOG");
+    FILE *log = log_path ? fopen(log_path, "ae") : NULL;
+    proto_msg ready = {.op = PROTO_OP_READY};
+    ready.u.ready = (proto_ready){.protocol = 1, .arch = "fake", .n_vocab = 512, .n_embd = 8,
+                                  .n_layer = 1, .n_ctx_train = 512, .kv_block_tokens = 32,
+                                  .kv_n_blocks = 16, .kv_bytes = 1024, .slots = slots,
+                                  .n_ctx = n_ctx, .n_batch = 64, .kv_type = "f16"};
+    emit(&ready);
+    flush_out();
+    proto_reader rd;
+    proto_reader_init(&rd, 0);
+    bool shutting = false, eof = false;
+    for (;;) {
+        int64_t t = now_ms(), wait = 1000;
+        int n_live = 0;
+        for (int i = 0; i < FAKE_MAX; i++) {
+            fake_req *r = &g_reqs[i];
+            if (!r->used) continue;
+            n_live++;
+            int64_t due = r->stopping ? r->done_at_ms : r->next_ms;
+            if (r->op == 4 && !r->stopping) continue;
+            if (due - t < wait) wait = due - t;
+        }
+        if (eof || (shutting && n_live == 0)) break; /* EOF: the server is gone */
+        if (wait < 0) wait = 0;
+        struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+        int pr = eof ? 0 : poll(&p, 1, (int)wait);
+        if (eof && wait > 0) usleep((useconds_t)wait * 1000);
+        if (pr > 0) {
+            strata_err err;
+            long got = proto_reader_fill(&rd, STDIN_FILENO, &err);
+            if (got <= 0) eof = true;
+            const char *line;
+            size_t len;
+            int k;
+            while ((k = proto_reader_next(&rd, &line, &len)) == PROTO_READ_LINE) {
+                proto_msg m;
+                proto_error pe;
+                if (proto_decode(line, len, PROTO_DIR_TO_ENGINE, &m, &pe) != 0) {
+                    proto_encode_err(&g_out, pe.has_id ? pe.id : -1, pe.code, pe.message, NULL);
+                    continue;
+                }
+                if (m.op == PROTO_OP_GEN) {
+                    if (shutting) proto_encode_err(&g_out, m.id, PROTO_ERR_SHUTTING_DOWN, "bye", NULL);
+                    else on_gen(&m, log);
+                } else if (m.op == PROTO_OP_STOP) {
+                    for (int i = 0; i < FAKE_MAX; i++) {
+                        fake_req *r = &g_reqs[i];
+                        if (r->used && r->id == m.id && !r->stopping) {
+                            r->stopping = true;
+                            r->done_at_ms = now_ms() + ((r->op == 3 || r->op == 5) ? r->arg : 0);
+                        }
+                    }
+                } else if (m.op == PROTO_OP_PING) {
+                    proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = m.id};
+                    emit(&pong);
+                } else if (m.op == PROTO_OP_SHUTDOWN) {
+                    shutting = true;
+                }
+                proto_msg_free(&m);
+            }
+            if (k == PROTO_READ_EOF) eof = true;
+        }
+        t = now_ms();
+        for (int i = 0; i < FAKE_MAX; i++) {
+            if (g_reqs[i].used) step(&g_reqs[i], t);
+        }
+        flush_out();
+    }
+    proto_reader_free(&rd);
+    proto_buf_free(&g_out);
+    if (log != NULL) fclose(log);
+    return 0;
+}

@@ -1,0 +1,728 @@
+/* Contract tests of `strata serve` (DESIGN.md "Ownership in the server")
+ * against the scripted fake engine (fake_engine.c) over real pipes, driven
+ * over HTTP on 127.0.0.1. Each request's prompt tells the fake what to do and
+ * carries a number k; the fake's tokens and stats are functions of k, so a
+ * test knows the exact text and timings each response must have — a token or
+ * a statistic handed to the wrong request cannot go unnoticed. No assertion
+ * depends on wall-clock time; waits are bounded polls. */
+#define _GNU_SOURCE
+#include "http_client.h"
+#include "testdata.h"
+
+#include "text/tokenizer.h"
+#include "text/vocab.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <ctype.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+
+#ifndef STRATA_BIN
+#error STRATA_BIN must name the strata binary
+#endif
+
+enum { OP_NORMAL = 0, OP_ERR = 1, OP_DIE = 2, OP_LATE_DONE = 3, OP_SILENT = 4, OP_BAD_TOKEN = 5 };
+
+typedef struct srv {
+    pid_t pid;
+    int port;
+    char log[512];
+} srv;
+
+static char g_model[1024];
+static pid_t g_live_pid;          /* the server of the running test, killed if it fails */
+static const char *g_auth_header; /* sent by wait_metric when the server has a key */
+static vocab *g_voc;
+
+static char *fake_engine_path(void)
+{
+    static char p[1024];
+    /* STRATA_BIN is <build>/strata; the fake is <build>/tests/fake_engine */
+    snprintf(p, sizeof(p), "%s", STRATA_BIN);
+    char *slash = strrchr(p, '/');
+    snprintf(slash + 1, sizeof(p) - (size_t)(slash + 1 - p), "tests/fake_engine");
+    return p;
+}
+
+/* Starts `strata serve` with the fake engine; extra args NULL-terminated. */
+static void srv_start(srv *s, int replicas, int slots, int max_queue, ...)
+{
+    static int n_started;
+    const char *dir = testdata_scratch_dir();
+    char port_file[512], r[16], k[16], q[16];
+    snprintf(port_file, sizeof(port_file), "%s/port-%d-%d", dir, (int)getpid(), n_started);
+    snprintf(s->log, sizeof(s->log), "%s/serve-%d.log", dir, n_started++);
+    snprintf(r, sizeof(r), "%d", replicas);
+    snprintf(k, sizeof(k), "%d", slots);
+    snprintf(q, sizeof(q), "%d", max_queue);
+    const char *argv[40] = {STRATA_BIN, "serve", "-m", g_model, "--engine", fake_engine_path(),
+                            "--replicas", r, "--slots", k, "--max-queue", q, "--port", "0",
+                            "--port-file", port_file};
+    int na = 16;
+    va_list ap;
+    va_start(ap, max_queue);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && na < 38) argv[na++] = a;
+    va_end(ap);
+    argv[na] = NULL;
+    s->pid = fork();
+    assert_true(s->pid >= 0);
+    if (s->pid == 0) {
+        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    g_live_pid = s->pid;
+    s->port = 0;
+    for (int i = 0; i < 400 && s->port == 0; i++) { /* bounded: ~20 s */
+        FILE *f = fopen(port_file, "r");
+        if (f != NULL) {
+            if (fscanf(f, "%d", &s->port) != 1) s->port = 0;
+            fclose(f);
+        }
+        if (s->port == 0) usleep(50 * 1000);
+    }
+    assert_true(s->port > 0);
+    for (int i = 0; i < 400; i++) { /* until every replica is ready */
+        http_response hr;
+        if (http_do(s->port, "GET", "/health", NULL, NULL, &hr) == 0) {
+            json_t *j = json_loads(hr.body, 0, NULL);
+            int ready = (int)json_integer_value(json_object_get(j, "replicas_ready"));
+            json_decref(j);
+            http_response_free(&hr);
+            if (ready == replicas) return;
+        }
+        usleep(50 * 1000);
+    }
+    fail_msg("the server never became ready");
+}
+
+/* SIGTERM, and the server must exit 0 by itself. */
+static void srv_stop(srv *s)
+{
+    kill(s->pid, SIGTERM);
+    int status = 0;
+    assert_int_equal(waitpid(s->pid, &status, 0), s->pid);
+    g_live_pid = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "tail -30 %s >&2", s->log);
+        if (system(cmd) != 0) print_message("(no log)\n");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* The fake's script as a prompt of printable-ASCII byte tokens. */
+static void script(char *out, size_t cap, int op, int k, int n, int delay, int arg)
+{
+    int v[4] = {k, n, delay, arg};
+    int len = snprintf(out, cap, "[%d", 35 + op);
+    for (int i = 0; i < 4; i++) len += snprintf(out + len, cap - (size_t)len, ",%d,%d", 35 + v[i] / 90, 35 + v[i] % 90);
+    snprintf(out + len, cap - (size_t)len, "]");
+}
+
+static void script_ids(int32_t *ids, int op, int k, int n, int delay, int arg)
+{
+    int v[4] = {k, n, delay, arg};
+    ids[0] = 35 + op;
+    for (int i = 0; i < 4; i++) {
+        ids[1 + 2 * i] = 35 + v[i] / 90;
+        ids[2 + 2 * i] = 35 + v[i] % 90;
+    }
+}
+
+/* The text the server must return for request k's first n_gen tokens. */
+static char *expected_text(int op, int k, int n, int delay, int arg, int n_gen)
+{
+    int32_t ids[9 + 256];
+    script_ids(ids, op, k, n, delay, arg);
+    for (int i = 0; i < n_gen; i++) ids[9 + i] = 259 + (k * 31 + i * 17) % 253;
+    unsigned flags = TOK_DETOK_REMOVE_SPECIAL | TOK_DETOK_STRIP_LEADING_SPACE;
+    char *all, *pre;
+    size_t n_all, n_pre;
+    assert_int_equal(tok_detokenize_alloc(g_voc, ids, 9 + (size_t)n_gen, flags, &all, &n_all, NULL), 0);
+    assert_int_equal(tok_detokenize_alloc(g_voc, ids, 9, flags, &pre, &n_pre, NULL), 0);
+    assert_true(n_all >= n_pre && memcmp(all, pre, n_pre) == 0);
+    memmove(all, all + n_pre, n_all - n_pre + 1);
+    free(pre);
+    return all;
+}
+
+static char *completion_body(int op, int k, int n, int delay, int arg, const char *more)
+{
+    char prompt[256];
+    script(prompt, sizeof(prompt), op, k, n, delay, arg);
+    char *b = malloc(1024);
+    snprintf(b, 1024, "{\"prompt\":%s%s%s}", prompt, more ? "," : "", more ? more : "");
+    return b;
+}
+
+/* Checks timings (and usage) against what the fake produced for k. Returns
+ * the number of mismatches (so threads can count them). */
+static int check_timings(json_t *t, int k, int predicted_n)
+{
+    int bad = 0;
+    bad += json_integer_value(json_object_get(t, "prompt_n")) != 9;
+    bad += json_integer_value(json_object_get(t, "cached_n")) != k % 5;
+    bad += json_integer_value(json_object_get(t, "predicted_n")) != predicted_n;
+    bad += json_real_value(json_object_get(t, "prompt_ms")) != k * 0.5 + 0.25;
+    bad += json_real_value(json_object_get(t, "predicted_ms")) != k * 1.25 + 0.5;
+    return bad;
+}
+
+/* A parsed SSE stream. */
+typedef struct sse {
+    char text[8192];
+    bool done;
+    json_t *error, *usage, *timings;
+    const char *finish;
+    char finish_buf[16];
+    int n_events;
+} sse;
+
+static void sse_parse(const char *body, sse *s)
+{
+    memset(s, 0, sizeof(*s));
+    const char *p = body;
+    while ((p = strstr(p, "data: ")) != NULL) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        if (end == NULL) break;
+        if (strncmp(p, "[DONE]", 6) == 0) {
+            s->done = true;
+        } else {
+            json_t *j = json_loadb(p, (size_t)(end - p), 0, NULL);
+            s->n_events++;
+            if (json_object_get(j, "error")) s->error = json_incref(json_object_get(j, "error"));
+            if (json_object_get(j, "usage")) s->usage = json_incref(json_object_get(j, "usage"));
+            if (json_object_get(j, "timings")) {
+                json_decref(s->timings);
+                s->timings = json_incref(json_object_get(j, "timings"));
+            }
+            json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+            const char *t = json_string_value(json_object_get(c, "text"));
+            if (t == NULL) t = json_string_value(json_object_get(json_object_get(c, "delta"), "content"));
+            if (t != NULL) strncat(s->text, t, sizeof(s->text) - strlen(s->text) - 1);
+            const char *f = json_string_value(json_object_get(c, "finish_reason"));
+            if (f != NULL) {
+                snprintf(s->finish_buf, sizeof(s->finish_buf), "%s", f);
+                s->finish = s->finish_buf;
+            }
+            json_decref(j);
+        }
+        p = end;
+    }
+}
+
+static void sse_free(sse *s)
+{
+    json_decref(s->error);
+    json_decref(s->usage);
+    json_decref(s->timings);
+}
+
+/* POST /v1/completions and the parsed JSON body. */
+static json_t *complete(srv *s, const char *body, int *status)
+{
+    http_response hr;
+    assert_int_equal(http_do(s->port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    *status = hr.status;
+    json_t *j = json_loads(hr.body, 0, NULL);
+    if (j == NULL) print_message("unparsable body: %s\n", hr.body);
+    http_response_free(&hr);
+    return j;
+}
+
+/* A normal request k must come back exactly as the fake made it. */
+static void expect_normal(srv *s, int k, int n)
+{
+    char *body = completion_body(OP_NORMAL, k, n, 0, 0, NULL);
+    int status;
+    json_t *j = complete(s, body, &status);
+    assert_int_equal(status, 200);
+    char *want = expected_text(OP_NORMAL, k, n, 0, 0, n);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), want);
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    assert_int_equal(check_timings(json_object_get(j, "timings"), k, n + 1), 0);
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 9);
+    assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), n + 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), k % 5);
+    free(want);
+    free(body);
+    json_decref(j);
+}
+
+/* Opens a streamed request and reads until its first data event. */
+static int open_stream_until_first_event(srv *s, const char *body)
+{
+    int fd = http_connect(s->port, 30);
+    assert_true(fd >= 0);
+    assert_int_equal(http_send_request(fd, "POST", "/v1/completions", body, NULL), 0);
+    char buf[4096];
+    size_t len = 0;
+    while (len < sizeof(buf) - 1) {
+        ssize_t k = http_recv_some(fd, buf + len, sizeof(buf) - 1 - len);
+        assert_true(k > 0);
+        len += (size_t)k;
+        buf[len] = '\0';
+        if (strstr(buf, "data: ") != NULL) break;
+    }
+    return fd;
+}
+
+/* Polls /metrics until `line` appears (bounded). */
+static void wait_metric(srv *s, const char *line)
+{
+    for (int i = 0; i < 400; i++) {
+        http_response hr;
+        if (http_do(s->port, "GET", "/metrics", NULL, g_auth_header, &hr) == 0) {
+            bool found = strstr(hr.body, line) != NULL;
+            http_response_free(&hr);
+            if (found) return;
+        }
+        usleep(25 * 1000);
+    }
+    fail_msg("metric never reached: %s", line);
+}
+
+/* --- tests --- */
+
+static void test_ends_at_eos_and_length(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 2, 8, NULL);
+    expect_normal(&s, 11, 5);
+    char *body = completion_body(OP_NORMAL, 12, 20, 0, 0, "\"max_tokens\":3");
+    int status;
+    json_t *j = complete(&s, body, &status);
+    assert_int_equal(status, 200);
+    char *want = expected_text(OP_NORMAL, 12, 20, 0, 0, 3);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), want);
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
+    assert_int_equal(check_timings(json_object_get(j, "timings"), 12, 3), 0);
+    free(want);
+    free(body);
+    json_decref(j);
+    srv_stop(&s);
+}
+
+static void test_stream_with_usage(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 2, 8, NULL);
+    char *body = completion_body(OP_NORMAL, 21, 6, 2, 0, "\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    http_response hr;
+    assert_int_equal(http_do(s.port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    assert_non_null(strcasestr(hr.headers, "Content-Type: text/event-stream"));
+    sse ev;
+    sse_parse(hr.body, &ev);
+    char *want = expected_text(OP_NORMAL, 21, 6, 2, 0, 6);
+    assert_string_equal(ev.text, want);
+    assert_true(ev.done);
+    assert_null(ev.error);
+    assert_string_equal(ev.finish, "stop");
+    assert_non_null(ev.usage);
+    assert_int_equal(json_integer_value(json_object_get(ev.usage, "completion_tokens")), 7);
+    assert_int_equal(check_timings(ev.timings, 21, 7), 0);
+    sse_free(&ev);
+    free(want);
+    free(body);
+    http_response_free(&hr);
+    srv_stop(&s);
+}
+
+static void test_stop_string(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *full = expected_text(OP_NORMAL, 31, 30, 0, 0, 30);
+    size_t L = strlen(full);
+    assert_true(L > 10);
+    size_t at = L / 3; /* two ASCII letters from the middle on */
+    while (at + 1 < L && !(isalpha((unsigned char)full[at]) && isalpha((unsigned char)full[at + 1]))) at++;
+    assert_true(at + 1 < L);
+    char stop[3] = {full[at], full[at + 1], 0};
+    size_t n_want = 0;
+    while (n_want + 1 < L && !(full[n_want] == stop[0] && full[n_want + 1] == stop[1])) n_want++;
+    char more[64];
+    snprintf(more, sizeof(more), "\"stop\":[\"%s\"]", stop);
+    assert_null(strpbrk(stop, "\"\\"));
+    char *body = completion_body(OP_NORMAL, 31, 30, 0, 0, more);
+    int status;
+    json_t *j = complete(&s, body, &status);
+    assert_int_equal(status, 200);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *text = json_string_value(json_object_get(c, "text"));
+    assert_int_equal(strlen(text), n_want);
+    assert_memory_equal(text, full, n_want);
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    json_decref(j);
+    free(body);
+    free(full);
+    expect_normal(&s, 32, 3); /* the slot came back */
+    srv_stop(&s);
+}
+
+/* A client that leaves mid-stream frees its slot (the engine got `stop`). */
+static void test_client_closes_early(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *body = completion_body(OP_LATE_DONE, 41, 0, 10, 0, "\"stream\":true");
+    int fd = open_stream_until_first_event(&s, body);
+    close(fd);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+    expect_normal(&s, 42, 4);
+    free(body);
+    srv_stop(&s);
+}
+
+/* `done` of a request whose client left arrives late, while the next request
+ * waits for that slot: the next request gets its own stats, not those. */
+static void test_late_done_not_mixed(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *body = completion_body(OP_LATE_DONE, 51, 0, 5, 300, "\"stream\":true");
+    int fd = open_stream_until_first_event(&s, body);
+    close(fd);
+    expect_normal(&s, 52, 3);
+    free(body);
+    srv_stop(&s);
+}
+
+/* The handler fails after the engine started (the engine sent a token the
+ * vocab does not have): an error, and the slot is kept until `done`. */
+static void test_handler_fails_after_start(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *body = completion_body(OP_BAD_TOKEN, 61, 0, 5, 100, NULL);
+    int status;
+    json_t *j = complete(&s, body, &status);
+    assert_int_equal(status, 500);
+    assert_non_null(json_object_get(j, "error"));
+    json_decref(j);
+    expect_normal(&s, 62, 2);
+    free(body);
+    srv_stop(&s);
+}
+
+static void test_engine_err(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *body = completion_body(OP_ERR, 71, 0, 0, 2, NULL);
+    int status;
+    json_t *j = complete(&s, body, &status);
+    assert_int_equal(status, 500);
+    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "fake failure 71"));
+    json_decref(j);
+    free(body);
+    /* streamed: tokens, then a final error event */
+    body = completion_body(OP_ERR, 72, 0, 0, 2, "\"stream\":true");
+    http_response hr;
+    assert_int_equal(http_do(s.port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    sse ev;
+    sse_parse(hr.body, &ev);
+    assert_non_null(ev.error);
+    assert_non_null(strstr(json_string_value(json_object_get(ev.error, "message")), "fake failure 72"));
+    char *want = expected_text(OP_ERR, 72, 0, 0, 2, 2);
+    assert_string_equal(ev.text, want);
+    free(want);
+    sse_free(&ev);
+    http_response_free(&hr);
+    free(body);
+    expect_normal(&s, 73, 2);
+    srv_stop(&s);
+}
+
+/* One engine dies mid-stream: its request ends with an error event, the other
+ * replica's stream finishes intact, and the dead one is restarted. */
+static void test_engine_dies_others_continue(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 1, 8, NULL);
+    char *a_body = completion_body(OP_NORMAL, 81, 30, 20, 0, "\"stream\":true");
+    int fd_a = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_a, "POST", "/v1/completions", a_body, NULL), 0);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 1");
+    char *b_body = completion_body(OP_DIE, 82, 0, 5, 3, "\"stream\":true");
+    http_response hb;
+    assert_int_equal(http_do(s.port, "POST", "/v1/completions", b_body, NULL, &hb), 0);
+    sse eb;
+    sse_parse(hb.body, &eb);
+    assert_non_null(eb.error);
+    assert_string_equal(json_string_value(json_object_get(eb.error, "code")), "engine_died");
+    char *want_b = expected_text(OP_DIE, 82, 0, 5, 3, 3);
+    assert_string_equal(eb.text, want_b);
+    http_response ha;
+    assert_int_equal(http_read_response(fd_a, &ha), 0);
+    close(fd_a);
+    sse ea;
+    sse_parse(ha.body, &ea);
+    assert_null(ea.error);
+    char *want_a = expected_text(OP_NORMAL, 81, 30, 20, 0, 30);
+    assert_string_equal(ea.text, want_a);
+    assert_int_equal(check_timings(ea.timings, 81, 31), 0);
+    assert_int_equal(json_integer_value(json_object_get(ea.timings, "replica")), 0);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"1\"} 1");
+    wait_metric(&s, "strata_replica_ready{replica=\"1\"} 1");
+    expect_normal(&s, 83, 2);
+    sse_free(&ea);
+    sse_free(&eb);
+    free(want_a);
+    free(want_b);
+    free(a_body);
+    free(b_body);
+    http_response_free(&ha);
+    http_response_free(&hb);
+    srv_stop(&s);
+}
+
+/* A request cancelled while queued never reaches an engine. */
+static void test_cancel_while_queued(void **state)
+{
+    (void)state;
+    char log[600];
+    snprintf(log, sizeof(log), "%s/fake-%d.log", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_LOG", log, 1);
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    unsetenv("FAKE_ENGINE_LOG");
+    char *a_body = completion_body(OP_SILENT, 91, 0, 0, 0, "\"stream\":true");
+    int fd_a = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_a, "POST", "/v1/completions", a_body, NULL), 0);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 1");
+    char *b_body = completion_body(OP_NORMAL, 92, 3, 0, 0, NULL);
+    int fd_b = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_b, "POST", "/v1/completions", b_body, NULL), 0);
+    wait_metric(&s, "strata_queue_depth 1");
+    close(fd_b);
+    wait_metric(&s, "strata_queue_depth 0");
+    close(fd_a);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+    expect_normal(&s, 93, 2);
+    srv_stop(&s);
+    size_t n;
+    char *raw = testdata_read_file(log, &n);
+    assert_non_null(raw);
+    char *seen = strndup(raw, n); /* testdata_read_file gives bytes, not a string */
+    free(raw);
+    assert_non_null(strstr(seen, "gen 91\n"));
+    assert_non_null(strstr(seen, "gen 93\n"));
+    assert_null(strstr(seen, "gen 92\n"));
+    free(seen);
+    free(a_body);
+    free(b_body);
+}
+
+/* 4 callers x 80 requests over 2 replicas x 2 slots: every response has
+ * exactly its own text and timings. */
+typedef struct caller {
+    srv *s;
+    int index;
+    int bad;
+} caller;
+
+static void *caller_main(void *arg)
+{
+    caller *c = arg;
+    for (int i = 0; i < 80; i++) {
+        int k = 100 + c->index * 80 + i, n = 1 + k % 4;
+        char *body = completion_body(OP_NORMAL, k, n, k % 3, 0, NULL);
+        http_response hr;
+        if (http_do(c->s->port, "POST", "/v1/completions", body, NULL, &hr) != 0) {
+            c->bad++;
+            free(body);
+            continue;
+        }
+        json_t *j = json_loads(hr.body, 0, NULL);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        char *want = expected_text(OP_NORMAL, k, n, k % 3, 0, n);
+        const char *got = json_string_value(json_object_get(ch, "text"));
+        if (hr.status != 200 || got == NULL || strcmp(got, want) != 0) c->bad++;
+        c->bad += check_timings(json_object_get(j, "timings"), k, n + 1);
+        free(want);
+        json_decref(j);
+        http_response_free(&hr);
+        free(body);
+    }
+    return NULL;
+}
+
+static void test_four_callers_never_mixed(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 2, 64, NULL);
+    pthread_t t[4];
+    caller c[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = (caller){.s = &s, .index = i};
+        assert_int_equal(pthread_create(&t[i], NULL, caller_main, &c[i]), 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        bad += c[i].bad;
+    }
+    assert_int_equal(bad, 0);
+    wait_metric(&s, "strata_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 320");
+    srv_stop(&s);
+}
+
+static int status_of(srv *s, const char *method, const char *path, const char *body,
+                     const char *extra, char **headers)
+{
+    http_response hr;
+    assert_int_equal(http_do(s->port, method, path, body, extra, &hr), 0);
+    int st = hr.status;
+    if (st >= 400 && st != 413) {
+        json_t *j = json_loads(hr.body, 0, NULL);
+        json_t *e = json_object_get(j, "error");
+        assert_true(json_is_string(json_object_get(e, "message")));
+        assert_true(json_is_string(json_object_get(e, "type")));
+        json_decref(j);
+    }
+    if (headers != NULL) *headers = strdup(hr.headers);
+    http_response_free(&hr);
+    return st;
+}
+
+static void test_http_errors(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 0, "--api-key", "sekret", "--max-body-bytes", "4096", NULL);
+    const char *key = "Authorization: Bearer sekret\r\n";
+    g_auth_header = key;
+    char *ok = completion_body(OP_NORMAL, 5, 2, 0, 0, NULL);
+    assert_int_equal(status_of(&s, "GET", "/health", NULL, NULL, NULL), 200);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", ok, NULL, NULL), 401);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", ok, "Authorization: Bearer sekreT\r\n", NULL), 401);
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, NULL, NULL), 401);
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, key, NULL), 200);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", ok, key, NULL), 200);
+    assert_int_equal(status_of(&s, "GET", "/v1/nothing", NULL, key, NULL), 404);
+    assert_int_equal(status_of(&s, "GET", "/v1/completions", NULL, key, NULL), 405);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":[1,99999]}", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":\"hot\"}", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"model\":\"gpt-9\"}", key, NULL), 404);
+    assert_int_equal(status_of(&s, "POST", "/v1/chat/completions", "{\"messages\":[]}", key, NULL), 400);
+    char *big = malloc(8192);
+    memset(big, ' ', 8191);
+    big[8191] = '\0';
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", big, key, NULL), 413);
+    free(big);
+    /* queue of 0 and the only slot busy: 429 with Retry-After */
+    char *a_body = completion_body(OP_SILENT, 6, 0, 0, 0, "\"stream\":true");
+    int fd_a = http_connect(s.port, 30);
+    char hdr[128];
+    snprintf(hdr, sizeof(hdr), "%s", key);
+    assert_int_equal(http_send_request(fd_a, "POST", "/v1/completions", a_body, hdr), 0);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 1");
+    char *headers = NULL;
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", ok, key, &headers), 429);
+    assert_non_null(strcasestr(headers, "Retry-After:"));
+    free(headers);
+    close(fd_a);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", ok, key, NULL), 200);
+    free(a_body);
+    free(ok);
+    srv_stop(&s);
+    g_auth_header = NULL;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (testdata_path(g_model, sizeof(g_model), "models/stories260K.gguf") == NULL) return 0;
+    return vocab_open(&g_voc, g_model, NULL);
+}
+
+/* After each test: a server left by a failed assertion is killed and reaped. */
+static int kill_leftover(void **state)
+{
+    (void)state;
+    if (g_live_pid > 0) {
+        kill(g_live_pid, SIGKILL);
+        waitpid(g_live_pid, NULL, 0);
+        g_live_pid = 0;
+    }
+    g_auth_header = NULL;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    vocab_free(g_voc);
+    return 0;
+}
+
+#define SERVE_TEST(f)                                                   \
+    static void f##_guard(void **state)                                 \
+    {                                                                   \
+        if (g_voc == NULL) {                                            \
+            print_message("skipped: models/stories260K.gguf missing\n"); \
+            skip();                                                     \
+        }                                                               \
+        f(state);                                                       \
+    }
+SERVE_TEST(test_ends_at_eos_and_length)
+SERVE_TEST(test_stream_with_usage)
+SERVE_TEST(test_stop_string)
+SERVE_TEST(test_client_closes_early)
+SERVE_TEST(test_late_done_not_mixed)
+SERVE_TEST(test_handler_fails_after_start)
+SERVE_TEST(test_engine_err)
+SERVE_TEST(test_engine_dies_others_continue)
+SERVE_TEST(test_cancel_while_queued)
+SERVE_TEST(test_four_callers_never_mixed)
+SERVE_TEST(test_http_errors)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_ends_at_eos_and_length_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_stream_with_usage_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_stop_string_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_client_closes_early_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_late_done_not_mixed_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_handler_fails_after_start_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_engine_err_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_engine_dies_others_continue_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_cancel_while_queued_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_four_callers_never_mixed_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_http_errors_guard, kill_leftover),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
