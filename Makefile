@@ -22,7 +22,7 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job. Until `strata serve` exists it describes a model.
+# The main job: strata serve on MODEL (PORT=8080), until Ctrl-C.
 run: build
 	@bash scripts/run.sh $(BUILD)/strata "$(MODEL)"
 

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* FNV-1a, 64-bit: simple and adequate for names of a few dozen bytes. */
-static uint64_t strmap_hash(const char *key, size_t len)
+uint64_t strata_hash_bytes(const char *key, size_t len)
 {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < len; i++) {
@@ -42,7 +41,7 @@ int strata_strmap_put(strata_strmap *m, const char *key, size_t len, int64_t val
 {
     if (m->n + 1 > m->cap / 2 + m->cap / 4) return -1; /* keep probes short */
     size_t mask = m->cap - 1;
-    size_t i = (size_t)strmap_hash(key, len) & mask;
+    size_t i = (size_t)strata_hash_bytes(key, len) & mask;
     for (;;) {
         strata_strmap_slot *s = &m->slots[i];
         if (s->key == NULL) {
@@ -64,7 +63,7 @@ int64_t strata_strmap_get(const strata_strmap *m, const char *key, size_t len)
 {
     if (m->cap == 0) return -1;
     size_t mask = m->cap - 1;
-    size_t i = (size_t)strmap_hash(key, len) & mask;
+    size_t i = (size_t)strata_hash_bytes(key, len) & mask;
     for (;;) {
         const strata_strmap_slot *s = &m->slots[i];
         if (s->key == NULL) return -1;

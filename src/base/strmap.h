@@ -34,6 +34,10 @@ void strata_strmap_free(strata_strmap *m);
 int strata_strmap_put(strata_strmap *m, const char *key, size_t len, int64_t value,
                       int64_t *existing);
 
+/* FNV-1a, 64-bit, of len bytes: simple and adequate for short keys; the
+ * hash this index uses, for other tables of byte strings. */
+uint64_t strata_hash_bytes(const char *key, size_t len);
+
 /* Returns the value for key, or -1 when absent. */
 int64_t strata_strmap_get(const strata_strmap *m, const char *key, size_t len);
 

@@ -32,33 +32,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#define MR TENSOR_TILE_MAX_R
-#define MT TENSOR_TILE_MAX_T
-
-#define ROW_BLOCK(type, base, r, stride, ib) \
-    ((const type *)((const char *)(base) + (size_t)(r) * (stride)) + (ib))
-
-#define AVX2_SET(t, TR, TT)                                                                   \
-    static TENSOR_AVX2_TARGET float vd_##t(int64_t n, const void *w, const void *x)          \
-    {                                                                                         \
-        float y;                                                                              \
-        t##_tile(n, w, 0, x, 0, &y, 0, 1, 1);                                                 \
-        return y;                                                                             \
-    }                                                                                         \
-    static TENSOR_AVX2_TARGET void rows_##t(int64_t n, const void *w, size_t ws,              \
-                                            const void *x, size_t xs, float *y, size_t ys)    \
-    {                                                                                         \
-        t##_tile(n, w, ws, x, xs, y, ys, 4, 1);                                               \
-    }                                                                                         \
-    static TENSOR_AVX2_TARGET void tile_##t(int64_t n, const void *w, size_t ws,              \
-                                            const void *x, size_t xs, float *y, size_t ys)    \
-    {                                                                                         \
-        t##_tile(n, w, ws, x, xs, y, ys, TR, TT);                                             \
-    }                                                                                         \
-    const tensor_mm_kernels tensor_mmk_##t##_avx2 = {                                         \
-        .name = #t "/avx2", .vec_dot = vd_##t, .tile_rows = rows_##t, .tile = tile_##t,      \
-        .rows_r = 4, .tile_r = TR, .tile_t = TT}
-
 /* Control that fills the low 128 bits with int16 lane s0 and the high 128
  * bits with lane s1 (of the respective source 128-bit lanes). */
 TENSOR_AVX2_INLINE __m256i sel16_pair(int s0, int s1)

@@ -92,5 +92,37 @@ TENSOR_AVX2_INLINE __m256i tensor_sel16(int s)
     return _mm256_set1_epi16((short)(0x0100 + 0x0202 * s));
 }
 
+/* For the AVX2 kernel files: tile bounds, block addressing, and the
+ * instantiation of a type's kernel set from its tile template. */
+#define MR TENSOR_TILE_MAX_R
+#define MT TENSOR_TILE_MAX_T
+
+/* Pointer to block ib of row r (rows ws bytes apart). */
+#define ROW_BLOCK(type, base, r, stride, ib) \
+    ((const type *)((const char *)(base) + (size_t)(r) * (stride)) + (ib))
+
+/* Instantiates the three shapes of template fn_tile and the kernel set
+ * tensor_mmk_<t>_avx2. */
+#define AVX2_SET(t, TR, TT)                                                                   \
+    static TENSOR_AVX2_TARGET float vd_##t(int64_t n, const void *w, const void *x)          \
+    {                                                                                         \
+        float y;                                                                              \
+        t##_tile(n, w, 0, x, 0, &y, 0, 1, 1);                                                 \
+        return y;                                                                             \
+    }                                                                                         \
+    static TENSOR_AVX2_TARGET void rows_##t(int64_t n, const void *w, size_t ws,              \
+                                            const void *x, size_t xs, float *y, size_t ys)    \
+    {                                                                                         \
+        t##_tile(n, w, ws, x, xs, y, ys, 4, 1);                                               \
+    }                                                                                         \
+    static TENSOR_AVX2_TARGET void tile_##t(int64_t n, const void *w, size_t ws,              \
+                                            const void *x, size_t xs, float *y, size_t ys)    \
+    {                                                                                         \
+        t##_tile(n, w, ws, x, xs, y, ys, TR, TT);                                             \
+    }                                                                                         \
+    const tensor_mm_kernels tensor_mmk_##t##_avx2 = {                                         \
+        .name = #t "/avx2", .vec_dot = vd_##t, .tile_rows = rows_##t, .tile = tile_##t,      \
+        .rows_r = 4, .tile_r = TR, .tile_t = TT}
+
 #endif /* __x86_64__ */
 #endif

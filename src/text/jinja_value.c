@@ -10,6 +10,8 @@
  * a list nested a million deep is freed in constant stack. */
 #include "text/jinja_internal.h"
 
+#include "base/strmap.h"
+
 #include <inttypes.h>
 #include <stddef.h>
 #include <math.h>
@@ -280,12 +282,7 @@ static uint64_t mix64(uint64_t x)
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return strata_hash_bytes(s, n);
 }
 
 /* Equal keys hash alike: 1, 1.0 and True are one key, as in Python. */
