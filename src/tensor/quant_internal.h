@@ -8,6 +8,8 @@
 #ifndef STRATA_TENSOR_QUANT_INTERNAL_H
 #define STRATA_TENSOR_QUANT_INTERNAL_H
 
+#include "base/err.h"
+#include "gguf/types.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 
@@ -201,5 +203,20 @@ TENSOR_ROW_FNS(iq4_nl)
 TENSOR_ROW_FNS(iq4_xs)
 
 #undef TENSOR_ROW_FNS
+
+/* The argument checks tensor_dequantize_row and tensor_quantize_row share,
+ * for a row function fn of `type`: 0 to convert, 1 for an empty row
+ * (nothing to do), or a negative code (STRATA_EUNSUPPORTED when fn is NULL,
+ * STRATA_EINVAL for a bad length or a NULL pointer). */
+static inline int tensor_row_check(const void *fn, uint32_t type, int64_t n, const void *src,
+                                   const void *dst)
+{
+    if (fn == NULL) return STRATA_EUNSUPPORTED;
+    const strata_type_info *ti = strata_type_get(type);
+    if (n < 0 || n % ti->block_elems != 0) return STRATA_EINVAL;
+    if (n == 0) return 1;
+    if (src == NULL || dst == NULL) return STRATA_EINVAL;
+    return 0;
+}
 
 #endif

@@ -276,15 +276,8 @@ bool tensor_type_supported(uint32_t type)
 int tensor_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
 {
     tensor_quant_fn fn = tensor_get_quant(type);
-    if (fn == NULL)
-        return STRATA_EUNSUPPORTED;
-    const strata_type_info *ti = strata_type_get(type);
-    if (n < 0 || n % ti->block_elems != 0)
-        return STRATA_EINVAL;
-    if (n == 0)
-        return 0;
-    if (src == NULL || dst == NULL)
-        return STRATA_EINVAL;
+    int rc = tensor_row_check((const void *)fn, type, n, src, dst);
+    if (rc != 0) return rc < 0 ? rc : 0;
     fn(src, dst, n);
     return 0;
 }
