@@ -173,6 +173,25 @@ static int merge_sort(sort_ctx *c, jv *keys, jv *vals, size_t n)
     return c->rc;
 }
 
+static void reverse_pairs(jv *keys, jv *vals, size_t n)
+{
+    for (size_t i = 0; i < n / 2; i++) {
+        jv t = keys[i]; keys[i] = keys[n - 1 - i]; keys[n - 1 - i] = t;
+        t = vals[i]; vals[i] = vals[n - 1 - i]; vals[n - 1 - i] = t;
+    }
+}
+
+/* Sorts keys[0..n) with vals alongside, stably; descending when reverse
+ * (reverse, sort ascending, reverse back, so equal keys keep their order,
+ * as Python's sort(reverse=True) does). */
+static int sort_pairs(sort_ctx *c, jv *keys, jv *vals, size_t n, bool reverse)
+{
+    if (reverse) reverse_pairs(keys, vals, n);
+    int rc = merge_sort(c, keys, vals, n);
+    if (reverse) reverse_pairs(keys, vals, n);
+    return rc;
+}
+
 /* Sorts the items of list `items` (owned) by key_of(item) into *out. */
 static int sort_items(jrt *rt, jv items, const jv_str *attribute, bool casefold, bool reverse,
                       jv *out)
@@ -191,20 +210,7 @@ static int sort_items(jrt *rt, jv items, const jv_str *attribute, bool casefold,
     if (rc == 0) {
         sort_ctx c = {.rt = rt, .casefold = casefold};
         jv *keys = JV_LIST_(keys_list)->items, *vals = JV_LIST_(vals_list)->items;
-        if (reverse) {
-            /* stable descending: reverse, sort ascending, reverse back */
-            for (size_t i = 0; i < n / 2; i++) {
-                jv t = keys[i]; keys[i] = keys[n - 1 - i]; keys[n - 1 - i] = t;
-                t = vals[i]; vals[i] = vals[n - 1 - i]; vals[n - 1 - i] = t;
-            }
-        }
-        rc = merge_sort(&c, keys, vals, n);
-        if (reverse) {
-            for (size_t i = 0; i < n / 2; i++) {
-                jv t = keys[i]; keys[i] = keys[n - 1 - i]; keys[n - 1 - i] = t;
-                t = vals[i]; vals[i] = vals[n - 1 - i]; vals[n - 1 - i] = t;
-            }
-        }
+        rc = sort_pairs(&c, keys, vals, n, reverse);
     }
     if (keys_list.kind == JV_LIST) jv_decref(keys_list);
     if (rc == 0) *out = vals_list;
@@ -711,19 +717,7 @@ static int f_dictsort(jrt *rt, jv x, const jargs *a, jv *out)
         sort_ctx c = {.rt = rt, .casefold = !cs};
         jv *k = JV_LIST_(keys)->items, *v = JV_LIST_(pairs)->items;
         size_t n = JV_LIST_(keys)->n;
-        if (reverse) {
-            for (size_t i = 0; i < n / 2; i++) {
-                jv t = k[i]; k[i] = k[n - 1 - i]; k[n - 1 - i] = t;
-                t = v[i]; v[i] = v[n - 1 - i]; v[n - 1 - i] = t;
-            }
-        }
-        rc = merge_sort(&c, k, v, n);
-        if (reverse) {
-            for (size_t i = 0; i < n / 2; i++) {
-                jv t = k[i]; k[i] = k[n - 1 - i]; k[n - 1 - i] = t;
-                t = v[i]; v[i] = v[n - 1 - i]; v[n - 1 - i] = t;
-            }
-        }
+        rc = sort_pairs(&c, k, v, n, reverse);
     }
     if (keys.kind == JV_LIST) jv_decref(keys);
     if (rc == 0) *out = pairs;
