@@ -111,6 +111,8 @@ static inbox_item *make_item(loop *l, int kind, const char *line, size_t len)
     return bad_item(pe.code, pe.has_id, pe.id, pe.message);
 }
 
+static bool answer_ping(loop *l, inbox_item *it);
+
 static void *reader_main(void *arg)
 {
     loop *l = arg;
@@ -152,6 +154,7 @@ static void *reader_main(void *arg)
                 LOG_ERROR("engine: out of memory reading a line; it is dropped");
                 continue;
             }
+            if (answer_ping(l, it)) continue;
             if (last != NULL) last->next = it;
             else first = it;
             last = it;
@@ -168,6 +171,26 @@ static void item_free(inbox_item *it)
     proto_msg_free(&it->msg);
     free(it->message);
     free(it);
+}
+
+static void outbox_append_now(loop *l, const proto_buf *b);
+
+/* A ping is answered here, by the reader, not by the scheduler: a pong
+ * says the process is alive and reading, and must not wait for a long
+ * step (a big prefill on a slow CPU takes many seconds, and a server
+ * would take the engine for hung). Returns true when `it` was a ping (and
+ * is freed). */
+static bool answer_ping(loop *l, inbox_item *it)
+{
+    if (it->kind != ITEM_MSG || it->msg.op != PROTO_OP_PING) return false;
+    proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = it->msg.id};
+    proto_buf b = {0};
+    strata_err err;
+    if (proto_encode(&pong, &b, &err) == 0) outbox_append_now(l, &b);
+    else LOG_ERROR("engine: %s", err.msg);
+    proto_buf_free(&b);
+    item_free(it);
+    return true;
 }
 
 /* ---- the writer ---- */
@@ -252,6 +275,27 @@ static bool outbox_put(loop *l, proto_buf *step)
     pthread_mutex_unlock(&l->out_lock);
     step->len = 0;
     return ok;
+}
+
+/* Appends b to the outbox without waiting for space (a pong is a few
+ * bytes; the reader must never block on the writer). */
+static void outbox_append_now(loop *l, const proto_buf *b)
+{
+    pthread_mutex_lock(&l->out_lock);
+    if (!l->broken && b->len > 0) {
+        size_t need = l->outbox.len + b->len;
+        char *p = need > l->outbox.cap ? realloc(l->outbox.data, need) : l->outbox.data;
+        if (p == NULL) {
+            LOG_ERROR("engine: out of memory for %zu bytes of output", need);
+        } else {
+            if (need > l->outbox.cap) l->outbox.cap = need;
+            l->outbox.data = p;
+            memcpy(l->outbox.data + l->outbox.len, b->data, b->len);
+            l->outbox.len = need;
+            pthread_cond_signal(&l->out_ready);
+        }
+    }
+    pthread_mutex_unlock(&l->out_lock);
 }
 
 /* ---- the scheduler ---- */
