@@ -61,6 +61,7 @@ void api_gen_move_to(api_gen *g, sreq *r)
         r->gen.tokens = g->prompt;
         r->gen.n_tokens = g->n_prompt;
         r->gen.max_tokens = g->max_tokens;
+        r->gen.logprobs = g->logprobs;
         r->gen.sampling = g->sampling;
         g->sampling.logit_bias = NULL;
         g->sampling.n_logit_bias = 0;
@@ -160,6 +161,35 @@ static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *
         i++;
         g->sampling.n_logit_bias = i;
     }
+    return 0;
+}
+
+/* /v1/completions: `logprobs` N in [0, 5], the chosen token's and the top N
+ * (false or null: none). /v1/chat/completions: `logprobs` true, and
+ * `top_logprobs` N in [0, 20], which needs it. */
+static int parse_logprobs(json_t *o, enum api_kind kind, api_gen *g, api_error *e)
+{
+    json_t *lp = json_object_get(o, "logprobs");
+    if (kind == API_COMPLETION) {
+        if (lp == NULL || json_is_null(lp) || json_is_false(lp)) return 0;
+        int64_t n = -1;
+        if (!json_is_integer(lp)) {
+            return api_fail(e, 400, "invalid_type", "`logprobs` must be an integer in [0, %d]",
+                            API_MAX_LOGPROBS_COMPLETION);
+        }
+        if (get_int(o, "logprobs", 0, API_MAX_LOGPROBS_COMPLETION, &n, NULL, e) != 0) return -1;
+        g->logprobs = (int32_t)n;
+        return 0;
+    }
+    bool want = false;
+    int64_t top = 0;
+    bool had_top = false;
+    if (get_bool(o, "logprobs", &want, e) != 0) return -1;
+    if (get_int(o, "top_logprobs", 0, API_MAX_TOP_LOGPROBS_CHAT, &top, &had_top, e) != 0) return -1;
+    if (had_top && !want) {
+        return api_fail(e, 400, "invalid_value", "`top_logprobs` requires `logprobs` to be true");
+    }
+    if (want) g->logprobs = (int32_t)top;
     return 0;
 }
 
@@ -278,6 +308,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
     memset(g, 0, sizeof(*g));
     g->kind = kind;
     g->max_tokens = -1;
+    g->logprobs = -1;
     g->sampling = proto_sampling_default();
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -300,6 +331,15 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
     }
     if (kind == API_EMBEDDING) {
+        json_t *fmt = json_object_get(o, "encoding_format");
+        if (fmt != NULL && !json_is_null(fmt)) {
+            const char *f = json_string_value(fmt);
+            if (f == NULL || (strcmp(f, "float") != 0 && strcmp(f, "base64") != 0)) {
+                rc = api_fail(e, 400, "invalid_value", "`encoding_format` must be \"float\" or \"base64\"");
+                goto out;
+            }
+            g->base64 = strcmp(f, "base64") == 0;
+        }
         rc = parse_prompt(env, o, "input", g, e);
     } else {
         int64_t n = 1, seed = -1, top_k = 0;
@@ -309,12 +349,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             rc = api_fail(e, 400, "unsupported_value", "`n` must be 1 (several choices are not supported); got %lld", (long long)n);
             goto out;
         }
-        json_t *lp = json_object_get(o, "logprobs");
-        if (lp != NULL && !json_is_null(lp) && !json_is_false(lp) &&
-            !(json_is_integer(lp) && json_integer_value(lp) == 0)) {
-            rc = api_fail(e, 400, "unsupported_value", "`logprobs` is not supported yet");
-            goto out;
-        }
+        if ((rc = parse_logprobs(o, kind, g, e)) != 0) goto out;
         if ((rc = get_int(o, "max_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
         if ((rc = get_int(o, "max_completion_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
         proto_sampling *s = &g->sampling;
@@ -398,17 +433,111 @@ static json_t *envelope(const api_env *env, enum api_kind kind, uint64_t serial,
                      (json_int_t)time(NULL), "model", env->model_name);
 }
 
+/* A token's text as a JSON string: its bytes when they are UTF-8, else
+ * "bytes:" and each byte as \xNN. */
+static json_t *token_string(const char *b, size_t n)
+{
+    json_t *j = json_stringn(b, n);
+    if (j != NULL) return j;
+    char *hex = malloc(6 + 4 * n + 1);
+    if (hex == NULL) return NULL;
+    size_t k = (size_t)sprintf(hex, "bytes:");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(hex + k, "\\x%02x", (unsigned char)b[i]);
+    j = json_stringn(hex, k);
+    free(hex);
+    return j;
+}
+
+static json_t *byte_array(const char *b, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++) json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
+
+/* A number, or null for an unknown logprob. */
+static json_t *lp_number(float x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* The bytes shown for token id: its own text, special tokens' included. */
+static const char *own_piece(const vocab *voc, int32_t id, char *buf, size_t cap, size_t *n)
+{
+    if (tok_token_to_piece(voc, id, true, buf, cap, n, NULL) != 0) *n = 0;
+    return buf;
+}
+
+json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token *toks, size_t n,
+                     size_t n_top)
+{
+    size_t cap = TOK_MAX_PIECE_BYTES;
+    char *buf = malloc(cap);
+    json_t *out = NULL;
+    if (buf == NULL) return NULL;
+    if (kind == API_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = 0; i < n; i++) {
+            const api_lp_token *t = &toks[i];
+            size_t nb = t->n_bytes;
+            const char *b = nb > 0 ? t->bytes : own_piece(env->voc, t->id, buf, cap, &nb);
+            /* b may point into buf: the entry is built before buf is reused */
+            json_t *entry = json_pack("{s:o,s:o,s:o}", "token", token_string(b, nb), "logprob",
+                                      lp_number(t->logprob), "bytes", byte_array(b, nb));
+            json_t *alts = json_array();
+            for (size_t k = 0; k < t->n_top && k < n_top; k++) {
+                size_t na;
+                const char *a = own_piece(env->voc, t->top[k].token, buf, cap, &na);
+                json_array_append_new(alts, json_pack("{s:o,s:o,s:o}", "token", token_string(a, na),
+                                                      "logprob", lp_number(t->top[k].logprob),
+                                                      "bytes", byte_array(a, na)));
+            }
+            json_object_set_new(entry, "top_logprobs", alts);
+            json_array_append_new(content, entry);
+        }
+        out = json_pack("{s:o}", "content", content);
+    } else {
+        json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+               *offsets = json_array();
+        for (size_t i = 0; i < n; i++) {
+            const api_lp_token *t = &toks[i];
+            size_t nb = t->n_bytes;
+            const char *b = nb > 0 ? t->bytes : own_piece(env->voc, t->id, buf, cap, &nb);
+            json_array_append_new(tokens, token_string(b, nb));
+            json_array_append_new(lps, lp_number(t->logprob));
+            json_array_append_new(offsets, json_integer((json_int_t)t->text_offset));
+            json_t *alts = json_object();
+            for (size_t k = 0; k < t->n_top && k < n_top; k++) {
+                size_t na;
+                const char *a = own_piece(env->voc, t->top[k].token, buf, cap, &na);
+                json_t *key = token_string(a, na);
+                /* two ids with the same text: the more likely one (first) stays */
+                if (key != NULL && json_object_get(alts, json_string_value(key)) == NULL) {
+                    json_object_set_new(alts, json_string_value(key), lp_number(t->top[k].logprob));
+                }
+                json_decref(key);
+            }
+            json_array_append_new(tops, alts);
+        }
+        out = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
+                        "top_logprobs", tops, "text_offset", offsets);
+    }
+    free(buf);
+    return out;
+}
+
 json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
-                            const char *text, size_t n_text)
+                            const char *text, size_t n_text, json_t *logprobs)
 {
     json_t *j = envelope(env, kind, res->serial, false);
     json_t *choice;
+    json_t *lp = logprobs ? logprobs : json_null();
     if (kind == API_CHAT) {
-        choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text, n_text, "logprobs", "finish_reason",
+        choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role",
+                           "assistant", "content", text, n_text, "logprobs", lp, "finish_reason",
                            res->finish_reason);
     } else {
-        choice = json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", text, n_text, "logprobs",
+        choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", text, n_text, "logprobs", lp,
                            "finish_reason", res->finish_reason);
     }
     json_object_set_new(j, "choices", json_pack("[o]", choice));
@@ -418,25 +547,73 @@ json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_re
 }
 
 json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial,
-                         const char *text, size_t n_text, const char *finish_reason, bool first)
+                         const char *text, size_t n_text, const char *finish_reason, bool first,
+                         json_t *logprobs)
 {
     json_t *j = envelope(env, kind, serial, true);
     json_t *choice;
     json_t *fin = finish_reason ? json_string(finish_reason) : json_null();
+    json_t *lp = logprobs ? logprobs : json_null();
     if (kind == API_CHAT) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
         if (n_text > 0 || finish_reason == NULL) {
             json_object_set_new(delta, "content", json_stringn(text ? text : "", n_text));
         }
-        choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs",
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp,
                            "finish_reason", fin);
     } else {
-        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", text ? text : "", n_text,
-                           "logprobs", "finish_reason", fin);
+        choice = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text", text ? text : "", n_text,
+                           "logprobs", lp, "finish_reason", fin);
     }
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     return j;
+}
+
+static json_t *base64_floats(const float *v, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n_bytes = n * 4;
+    char *out = malloc((n_bytes + 2) / 3 * 4 + 1);
+    unsigned char *in = malloc(n_bytes ? n_bytes : 1);
+    json_t *j = NULL;
+    if (out != NULL && in != NULL) {
+        for (size_t i = 0; i < n; i++) { /* little-endian whatever the host */
+            uint32_t u;
+            memcpy(&u, &v[i], 4);
+            for (int b = 0; b < 4; b++) in[4 * i + (size_t)b] = (unsigned char)(u >> (8 * b));
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n_bytes; i += 3) {
+            uint32_t w = (uint32_t)in[i] << 16;
+            if (i + 1 < n_bytes) w |= (uint32_t)in[i + 1] << 8;
+            if (i + 2 < n_bytes) w |= in[i + 2];
+            out[k++] = tab[(w >> 18) & 63];
+            out[k++] = tab[(w >> 12) & 63];
+            out[k++] = i + 1 < n_bytes ? tab[(w >> 6) & 63] : '=';
+            out[k++] = i + 2 < n_bytes ? tab[w & 63] : '=';
+        }
+        j = json_stringn(out, k);
+    }
+    free(out);
+    free(in);
+    return j;
+}
+
+json_t *api_embedding_body(const api_env *env, const api_result *res, const float *vec, size_t n,
+                           bool base64)
+{
+    json_t *e;
+    if (base64) {
+        e = base64_floats(vec, n);
+    } else {
+        e = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(e, json_real(vec[i]));
+    }
+    return json_pack("{s:s,s:[{s:s,s:i,s:o}],s:s,s:{s:I,s:I},s:o}", "object", "list", "data",
+                     "object", "embedding", "index", 0, "embedding", e, "model", env->model_name,
+                     "usage", "prompt_tokens", (json_int_t)res->prompt_tokens, "total_tokens",
+                     (json_int_t)res->prompt_tokens, "timings", api_timings(res));
 }
 
 int api_sse_event(sbuf *out, json_t *j)

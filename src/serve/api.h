@@ -48,7 +48,14 @@ typedef struct api_gen {
     size_t n_prompt;
     int64_t max_tokens;             /* -1: up to the context */
     proto_sampling sampling;        /* logit_bias malloc'd */
+    int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
+    bool base64;                    /* embeddings: `encoding_format` "base64" */
 } api_gen;
+
+/* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's
+ * legacy limit) and `top_logprobs` of /v1/chat/completions. */
+#define API_MAX_LOGPROBS_COMPLETION 5
+#define API_MAX_TOP_LOGPROBS_CHAT 20
 
 /* Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.
  * Returns 0, or -1 with e filled (400/404/413...). Free with api_gen_free. */
@@ -72,13 +79,41 @@ typedef struct api_result {
 json_t *api_timings(const api_result *res);
 json_t *api_usage(const api_result *res);
 
-/* The whole non-streamed response. */
+/* One generated token as a response's logprobs show it. */
+typedef struct api_lp_token {
+    int32_t id;
+    const char *bytes;   /* its bytes in the returned text (borrowed; may be part of a
+                          * character); none: the token's own text is shown */
+    size_t n_bytes;
+    size_t text_offset;  /* where it starts in the returned text, in characters */
+    float logprob;       /* NAN: unknown (null) */
+    const proto_top *top; /* (n_top) alternatives, most likely first; borrowed */
+    size_t n_top;
+} api_lp_token;
+
+/* The `logprobs` object of a choice for toks[0..n): for API_COMPLETION
+ * {"tokens","token_logprobs","top_logprobs","text_offset"}, for API_CHAT
+ * {"content":[{"token","logprob","bytes","top_logprobs"}]}. A token's text
+ * that is not valid UTF-8 is written "bytes:\xNN..." (the chat form also
+ * carries the raw bytes). n_top caps the alternatives shown. NULL on ENOMEM. */
+json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token *toks, size_t n,
+                     size_t n_top);
+
+/* The whole non-streamed response. logprobs (stolen; NULL: null) is the
+ * choice's. */
 json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
-                            const char *text, size_t n_text);
+                            const char *text, size_t n_text, json_t *logprobs);
 /* One streamed chunk: text (may be empty), finish_reason NULL until the last
- * chunk, first: the chat chunk carries role. */
+ * chunk, first: the chat chunk carries role; logprobs (stolen; NULL: null)
+ * those of the tokens whose text this chunk begins. */
 json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial,
-                         const char *text, size_t n_text, const char *finish_reason, bool first);
+                         const char *text, size_t n_text, const char *finish_reason, bool first,
+                         json_t *logprobs);
+/* The /v1/embeddings response for vec[0..n): each number as JSON, or with
+ * base64 the little-endian float32 bytes in base64 (OpenAI's
+ * `encoding_format`, which its clients ask for by default). */
+json_t *api_embedding_body(const api_env *env, const api_result *res, const float *vec, size_t n,
+                           bool base64);
 /* Writes "data: <json>\n\n" to out and frees j. */
 int api_sse_event(sbuf *out, json_t *j);
 

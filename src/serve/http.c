@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -32,6 +33,11 @@
 #include <unistd.h>
 
 #define HTTP_DEFAULT_BODY_LIMIT ((size_t)8 << 20)
+/* A body over the limit is read and dropped, so that the client, still
+ * sending, gets its 413 rather than a broken pipe (clients that do not send
+ * `Expect: 100-continue` read no answer until they have sent it all); past
+ * this many bytes more, the server stops reading. */
+#define HTTP_DRAIN_BYTES ((size_t)64 << 20)
 #define HTTP_WAIT_STEP_MS 100
 #define HTTP_KEEPALIVE_MS 15000
 
@@ -50,6 +56,7 @@ struct server {
 typedef struct hctx {
     sbuf body;
     bool too_large;
+    size_t n_dropped;  /* bytes of a too-large body read and dropped */
     bool counted;
 } hctx;
 
@@ -150,6 +157,7 @@ typedef struct gen_run {
     api_env env;
     textgen tg;
     size_t seen;
+    size_t lp_sent;     /* tokens whose logprobs went out (tg.toks[0..lp_sent)) */
     bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
     bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
     char fail_msg[600];
@@ -242,23 +250,72 @@ static void fill_result(gen_run *gr, api_result *res)
     }
 }
 
+/* The logprobs of the tokens that became visible since the last call
+ * (textgen.h), as the choice's `logprobs` object; NULL when the request did
+ * not ask for them. With none new, an object with empty lists when `always`,
+ * else NULL. */
+static json_t *take_logprobs(gen_run *gr, bool always)
+{
+    if (gr->g.logprobs < 0) return NULL;
+    size_t from = gr->lp_sent, to = gr->tg.n_visible;
+    if (from >= to && !always) return NULL;
+    size_t n = to > from ? to - from : 0;
+    api_lp_token *t = calloc(n ? n : 1, sizeof(*t));
+    if (t == NULL) return NULL;
+    sreq *r = gr->r;
+    /* The reader may grow r->lps meanwhile: copy the entries under the lock;
+     * their `top` arrays never change once stored and live as long as r. */
+    pthread_mutex_lock(&r->result_lock);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = from + i;
+        t[i].id = k < r->n_toks ? r->toks[k] : 0;
+        t[i].logprob = NAN;
+        if (r->lps != NULL && k < r->n_toks) {
+            t[i].logprob = r->lps[k].logprob;
+            t[i].top = r->lps[k].top;
+            t[i].n_top = r->lps[k].n_top;
+        }
+    }
+    pthread_mutex_unlock(&r->result_lock);
+    for (size_t i = 0; i < n; i++) {
+        t[i].bytes = textgen_token_bytes(&gr->tg, from + i, &t[i].n_bytes);
+        t[i].text_offset = gr->tg.toks[from + i].char_start;
+    }
+    json_t *j = api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
+    free(t);
+    gr->lp_sent = to > from ? to : from;
+    return j;
+}
+
+/* The HTTP status of a request that ended in an error. An engine's `err`
+ * comes with the replica's 500 and its code decides: the engine refused the
+ * request itself (400: the client can fix it) or the engine failed (503,
+ * worth a retry, as when it died). A 500 stays only for the server's own
+ * failures (`internal_error`: out of memory). */
+static int error_status(int status, const char *code)
+{
+    if (strcmp(code, PROTO_ERR_CONTEXT_LENGTH) == 0 || strcmp(code, PROTO_ERR_BAD_REQUEST) == 0 ||
+        strcmp(code, PROTO_ERR_LINE_TOO_LONG) == 0) {
+        return 400;
+    }
+    if (strcmp(code, "internal_error") == 0) return 500;
+    if (status < 400 || status == 500) return 503;
+    return status;
+}
+
 /* The request's error when it ended in one (and no stop string ended it
  * first): 0 otherwise. */
 static int result_error(gen_run *gr, api_error *e)
 {
     sreq *r = gr->r;
-    if (gr->failed) return api_fail(e, 500, "internal_error", "%s", gr->fail_msg);
+    /* The engine sent an id the server cannot turn into text: the engine's
+     * failure, as an engine `err` is. */
+    if (gr->failed) return api_fail(e, 503, "bad_engine_output", "%s", gr->fail_msg);
     pthread_mutex_lock(&r->result_lock);
     int rc = 0;
     if (r->finish == SREQ_FINISH_ERROR && !gr->tg.hit_stop) {
-        int status = r->err_status ? r->err_status : 500;
-        if (strcmp(r->err_code, PROTO_ERR_CONTEXT_LENGTH) == 0 ||
-            strcmp(r->err_code, PROTO_ERR_BAD_REQUEST) == 0) {
-            status = 400;
-        } else if (strcmp(r->err_code, PROTO_ERR_SHUTTING_DOWN) == 0) {
-            status = 503;
-        }
-        rc = api_fail(e, status, r->err_code[0] ? r->err_code : "engine_error", "%s",
+        rc = api_fail(e, error_status(r->err_status, r->err_code),
+                      r->err_code[0] ? r->err_code : "engine_error", "%s",
                       r->err_msg[0] ? r->err_msg : "the engine failed");
     }
     pthread_mutex_unlock(&r->result_lock);
@@ -302,9 +359,10 @@ static bool stream_produce(stream_st *st)
     } else if (k == PUMP_IDLE) {
         sbuf_append(&st->out, ": keep-alive\n\n", 14);
     } else {
-        if (text.len > 0) {
+        json_t *lp = take_logprobs(gr, false);
+        if (text.len > 0 || lp != NULL) {
             api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial,
-                                                     text.data, text.len, NULL, st->first));
+                                                     text.data, text.len, NULL, st->first, lp));
             st->first = false;
         }
         if (k == PUMP_END) {
@@ -319,12 +377,12 @@ static bool stream_produce(stream_st *st)
                 free(body);
             } else {
                 json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
-                                                res.finish_reason, st->first);
+                                                res.finish_reason, st->first, NULL);
                 json_object_set_new(last, "timings", api_timings(&res));
                 api_sse_event(&st->out, last);
                 if (gr->g.include_usage) {
                     json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
-                                                 NULL, false);
+                                                 NULL, false, NULL);
                     json_object_set_new(u, "choices", json_array());
                     json_object_set_new(u, "usage", api_usage(&res));
                     json_object_set_new(u, "timings", api_timings(&res));
@@ -452,17 +510,15 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         fill_result(gr, &res);
         json_t *body;
         if (kind == API_EMBEDDING) {
-            json_t *vec = json_array();
+            /* terminal: the reader writes the vector no more */
             pthread_mutex_lock(&gr->r->result_lock);
-            for (size_t i = 0; i < gr->r->n_vec; i++) json_array_append_new(vec, json_real(gr->r->vec[i]));
+            const float *vec = gr->r->vec;
+            size_t n_vec = gr->r->n_vec;
             pthread_mutex_unlock(&gr->r->result_lock);
-            body = json_pack("{s:s,s:[{s:s,s:i,s:o}],s:s,s:{s:I,s:I},s:o}", "object", "list",
-                             "data", "object", "embedding", "index", 0, "embedding", vec, "model",
-                             s->cfg.model_name, "usage", "prompt_tokens",
-                             (json_int_t)res.prompt_tokens, "total_tokens",
-                             (json_int_t)res.prompt_tokens, "timings", api_timings(&res));
+            body = api_embedding_body(&gr->env, &res, vec, n_vec, gr->g.base64);
         } else {
-            body = api_completion_body(&gr->env, kind, &res, text.data ? text.data : "", text.len);
+            body = api_completion_body(&gr->env, kind, &res, text.data ? text.data : "", text.len,
+                                       take_logprobs(gr, true));
         }
         LOG_INFO("request %llu: %s -> 200 (%s, %lld+%lld tokens, replica %d)",
                  (unsigned long long)serial, endpoint, res.finish_reason,
@@ -549,7 +605,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         h->counted = true;
         atomic_fetch_add(&s->active, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl != NULL && strtoull(cl, NULL, 10) > limit) {
+        unsigned long long n_announced = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+        /* a client that waits for `100 Continue` is answered at once */
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+        bool waits = expect != NULL && strcasecmp(expect, "100-continue") == 0;
+        if (n_announced > limit && n_announced - limit <= HTTP_DRAIN_BYTES && !waits) {
+            h->too_large = true; /* read it, drop it, then answer 413 */
+        } else if (n_announced > limit) {
             api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
             /* metrics keep the label's pointer: a literal, never MHD's url */
             static const char *const labels[] = {"/v1/completions", "/v1/chat/completions",
@@ -565,9 +627,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size > 0) {
         if (!h->too_large && h->body.len + *upload_size > limit) {
             h->too_large = true;
+            h->n_dropped = h->body.len;
             sbuf_free(&h->body);
         }
-        if (!h->too_large && sbuf_append(&h->body, upload_data, *upload_size) != 0) return MHD_NO;
+        if (h->too_large) {
+            h->n_dropped += *upload_size;
+            if (h->n_dropped > limit + HTTP_DRAIN_BYTES) return MHD_NO; /* enough: hang up */
+        } else if (sbuf_append(&h->body, upload_data, *upload_size) != 0) {
+            return MHD_NO;
+        }
         *upload_size = 0;
         return MHD_YES;
     }

@@ -5,6 +5,16 @@
  * replica with the most free slots, or waits in one bounded FIFO queue shared
  * by all replicas until a slot frees.
  *
+ * While no replica is ready (every engine died, or is still restarting), a
+ * request still waits in that queue, within its bound, for a replica to
+ * become ready; requests are then dispatched first come first served. The
+ * wait is bounded: a queued request fails with a 503 (`no_engine`) once it
+ * has waited no_engine_wait_ms with no replica ready, or at once when every
+ * replica has failed max_failed_starts starts in a row (exited or was killed
+ * before its `ready`): a pool whose engines cannot start answers quickly
+ * instead of holding clients. New requests then get POOL_NO_ENGINE until a
+ * replica is ready again; the supervisor keeps restarting with backoff.
+ *
  * Ownership (DESIGN.md): while a request is queued or holds an engine slot,
  * the pool holds a reference to it; it lets go after the request's terminal
  * message, after the engine serving it died (the request then carries a 503
@@ -29,6 +39,10 @@ typedef struct pool_config {
     int ping_timeout_ms;            /* an engine silent this long is killed; 0: 10000 */
     int ready_timeout_ms;           /* from start to `ready`; 0: 600000 */
     int backoff_min_ms, backoff_max_ms; /* restart delays; 0: 100 and 5000 */
+    int no_engine_wait_ms;          /* a queued request's longest wait while no
+                                       replica is ready; 0: 60000 */
+    int max_failed_starts;          /* failed starts in a row, on every replica,
+                                       that fail the queue at once; 0: 3 */
 } pool_config;
 
 typedef struct pool pool;
@@ -44,12 +58,15 @@ void pool_stop(pool *p, int grace_ms);
 
 enum pool_submit_result {
     POOL_SUBMITTED = 0,
-    POOL_QUEUE_FULL = 1, /* 429 */
-    POOL_NO_ENGINE = 2,  /* 503: no replica is ready */
+    POOL_QUEUE_FULL = 1, /* 429: replicas are ready, all slots busy, queue full */
+    POOL_NO_ENGINE = 2,  /* 503: no replica is ready and r cannot wait (queue
+                            full, or every replica keeps failing to start) */
     POOL_STOPPING = 3,   /* 503: shutting down */
 };
 
-/* Hands r to a replica or to the queue (the pool takes its own reference). */
+/* Hands r to a replica or to the queue (the pool takes its own reference).
+ * A request queued while no replica is ready ends, if none becomes ready in
+ * time, as FINISH_ERROR with status 503 and code "no_engine". */
 enum pool_submit_result pool_submit(pool *p, sreq *r);
 
 /* Cancels r: dropped (and finished as cancelled) while queued, sent `stop`
@@ -69,7 +86,10 @@ typedef struct pool_replica_info {
 
 typedef struct pool_info {
     int n_replicas, n_ready, queue_depth;
-    int64_t n_ctx; /* the smallest n_ctx of the ready replicas, 0 if none */
+    /* The smallest n_ctx of the ready replicas; while none is ready, the
+     * smallest a replica reported when it last was (a restarted engine runs
+     * with the same arguments); 0 before any replica was ever ready. */
+    int64_t n_ctx;
     pool_replica_info rep[POOL_MAX_REPLICAS];
 } pool_info;
 

@@ -34,6 +34,7 @@ typedef struct replica {
     int64_t n_ctx;
     int64_t started_ns, restart_at_ns, last_pong_ns, last_ping_ns;
     int backoff_ms;
+    int failed_starts;     /* starts in a row that ended before `ready` */
     int64_t restarts;
     bool reader_live;      /* a reader thread exists and is not joined */
     bool reader_done;      /* it finished the death path; join it */
@@ -53,6 +54,7 @@ struct pool {
     sreq **queue;             /* FIFO, queue[0] first */
     int n_queue;
     bool stopping;
+    int64_t no_ready_since_ns; /* when the pool last had no ready replica; 0 while one is */
     pthread_t supervisor;
 };
 
@@ -68,12 +70,31 @@ typedef struct pool_sends {
     int n, cap;
 } pool_sends;
 
+/* router.c: a replica's score for the next request, from its state and
+ * slots (prefix-cache affinity joins here when the engine reports it).
+ * Higher is better; NAN for a replica that must not be chosen (not ready, no
+ * free slot, or inconsistent counts). Pure: no lock needed. */
+double pool_replica_score(enum replica_state state, int n_usable, int n_busy);
+/* router.c: the index of the best of n scores, or -1 when none qualifies.
+ * Only finite positive scores are considered: NaN, +Inf and -Inf are ignored,
+ * never trusted (an affinity ratio can be 0/0 or x/0). Ties go to the lowest
+ * index. Pure: no lock needed. */
+int pool_choose_replica(const double *scores, int n);
+
 /* router.c: under sched_lock, moves queued requests to free slots. */
 void pool_dispatch_locked(pool *p, pool_sends *out);
 /* router.c: writes the collected gens (no lock held) and frees the list. */
 void pool_flush_sends(pool *p, pool_sends *s);
 /* router.c: under sched_lock, removes r from its slot (if still there). */
 bool pool_unslot_locked(pool *p, sreq *r);
+/* router.c: under sched_lock, updates no_ready_since_ns and removes from the
+ * queue one request that may wait no longer for a replica to become ready
+ * (pool.h); returns it with the queue's reference, for the caller to finish
+ * with a 503 and release after dropping the lock. NULL when there is none. */
+sreq *pool_take_stranded_locked(pool *p, int64_t now_ns);
+/* router.c: under sched_lock, whether no replica is ready and every replica
+ * has failed max_failed_starts starts in a row. */
+bool pool_engines_failing_locked(const pool *p);
 
 /* replica.c */
 int replica_spawn(replica *rep, strata_err *err);

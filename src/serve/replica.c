@@ -10,8 +10,9 @@
  *     marks the replica DOWN and exits.
  *   - one supervisor thread per pool (pool_supervise): starts DOWN replicas
  *     when their backoff has passed (joining the previous reader first),
- *     pings READY ones, and kills an engine that misses pings or never gets
- *     ready. It never reads a pipe. */
+ *     pings READY ones, kills an engine that misses pings or never gets
+ *     ready, and fails queued requests that may wait no longer for a ready
+ *     replica (pool.h). It never reads a pipe. */
 #define _GNU_SOURCE
 #include "serve/pool_internal.h"
 
@@ -73,6 +74,21 @@ static int find_slot_locked(replica *rep, uint64_t id)
     return -1;
 }
 
+/* Whether `tok` with n more ids would give r more ids than the engine may
+ * send: its max_tokens, or the context when it has none (sched_lock held).
+ * This is what bounds the ids a request buffers for a client that reads
+ * slowly. */
+static bool tok_overruns_locked(const replica *rep, sreq *r, size_t n)
+{
+    if (r->embed) return true; /* an embed gets no `tok` at all */
+    int64_t limit = r->gen.max_tokens >= 0 ? r->gen.max_tokens : rep->n_ctx > 0 ? rep->n_ctx : -1;
+    if (limit < 0) return false;
+    pthread_mutex_lock(&r->result_lock);
+    bool over = n > (size_t)limit || r->n_toks > (size_t)limit - n;
+    pthread_mutex_unlock(&r->result_lock);
+    return over;
+}
+
 /* Handles one decoded message. Returns 0, or -1 for a protocol fault. */
 static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, size_t why_cap)
 {
@@ -91,6 +107,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
             rep->n_ctx = m->n_ctx;
             rep->last_pong_ns = rep->last_ping_ns = strata_clock_ns();
             rep->backoff_ms = 0;
+            rep->failed_starts = 0;
             LOG_INFO("replica %d: ready (pid %d, %d slots, n_ctx %lld)", rep->index,
                      (int)rep->pid, rep->n_usable, (long long)rep->n_ctx);
             pool_dispatch_locked(p, &sends);
@@ -104,6 +121,10 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
         int i = find_slot_locked(rep, m->id);
         if (i < 0) {
             snprintf(why, why_cap, "a message for id %llu, which is not in flight",
+                     (unsigned long long)m->id);
+            rc = -1;
+        } else if (m->op == WIRE_TOK && tok_overruns_locked(rep, rep->slots[i], m->n_tokens)) {
+            snprintf(why, why_cap, "more tokens for id %llu than it may have",
                      (unsigned long long)m->id);
             rc = -1;
         } else {
@@ -122,7 +143,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
     pthread_mutex_unlock(&p->sched_lock);
     if (r != NULL) {
         switch (m->op) {
-        case WIRE_TOK: sreq_push_tokens(r, m->tokens, m->n_tokens); break;
+        case WIRE_TOK: sreq_push_tokens_lp(r, m->tokens, m->logprobs, m->n_tokens); break;
         case WIRE_EMB: sreq_set_vector(r, m->vec, m->n_vec); break;
         case WIRE_DONE:
             pthread_mutex_lock(&r->result_lock);
@@ -196,6 +217,7 @@ static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why)
         }
     }
     rep->n_busy = 0;
+    if (rep->state == REPLICA_STARTING) rep->failed_starts++;
     rep->state = REPLICA_DOWN;
     rep->pid = 0;
     int64_t now = strata_clock_ns();
@@ -264,8 +286,19 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* A start that failed before a process ran counts as a failed start. */
+static void note_failed_start(replica *rep)
+{
+    pool *p = rep->p;
+    pthread_mutex_lock(&p->sched_lock);
+    rep->failed_starts++;
+    pthread_cond_broadcast(&p->sched_cond);
+    pthread_mutex_unlock(&p->sched_lock);
+}
+
 /* Starts the engine process and its reader (supervisor thread, no lock
- * held; the replica is DOWN with no live reader). */
+ * held; the replica is DOWN with no live reader). A failure counts as a
+ * failed start (replica.failed_starts). */
 int replica_spawn(replica *rep, strata_err *err)
 {
     pool *p = rep->p;
@@ -274,6 +307,7 @@ int replica_spawn(replica *rep, strata_err *err)
         int e = errno;
         close_noeintr(in[0]);
         close_noeintr(in[1]);
+        note_failed_start(rep);
         return strata_err_set(err, STRATA_EIO, "pipe: %s", strerror(e));
     }
     size_t n_args = 0;
@@ -314,6 +348,7 @@ int replica_spawn(replica *rep, strata_err *err)
     if (rc != 0) {
         close_noeintr(in[1]);
         close_noeintr(out[0]);
+        note_failed_start(rep);
         return strata_err_set(err, STRATA_EIO, "cannot start %s: %s", p->cfg.engine_path,
                               strerror(rc));
     }
@@ -352,6 +387,27 @@ int replica_spawn(replica *rep, strata_err *err)
     rep->reader_live = true;
     pthread_mutex_unlock(&p->sched_lock);
     return 0;
+}
+
+/* Fails the queued requests that may wait no longer for a ready replica
+ * (pool.h); drops sched_lock around each, which no pipe I/O needs. */
+static void fail_stranded_locked(pool *p)
+{
+    sreq *r;
+    while (!p->stopping && (r = pool_take_stranded_locked(p, strata_clock_ns())) != NULL) {
+        char msg[160];
+        if (pool_engines_failing_locked(p)) {
+            snprintf(msg, sizeof(msg), "no engine is ready: every replica failed %d starts in a row",
+                     p->cfg.max_failed_starts);
+        } else {
+            snprintf(msg, sizeof(msg), "no engine became ready within %d ms", p->cfg.no_engine_wait_ms);
+        }
+        pthread_mutex_unlock(&p->sched_lock);
+        LOG_WARN("request %llu: %s", (unsigned long long)r->serial, msg);
+        sreq_finish_with(r, SREQ_FINISH_ERROR, NULL, 503, "no_engine", msg);
+        sreq_release(r); /* the queue's reference */
+        pthread_mutex_lock(&p->sched_lock);
+    }
 }
 
 /* What the supervisor decided for one replica under sched_lock, done after. */
@@ -410,6 +466,7 @@ void *pool_supervise(void *arg)
             }
             pthread_mutex_lock(&p->sched_lock);
         }
+        fail_stranded_locked(p);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += 50 * 1000000;

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,8 @@ void sreq_release(sreq *r)
     free(r->gen.stop_tokens);
     free(r->gen.sampling.logit_bias);
     free(r->emb.tokens);
+    for (size_t i = 0; r->lps != NULL && i < r->n_toks; i++) free(r->lps[i].top);
+    free(r->lps);
     free(r->toks);
     free(r->vec);
     free(r);
@@ -53,11 +56,17 @@ void sreq_release(sreq *r)
 
 int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n)
 {
+    return sreq_push_tokens_lp(r, ids, NULL, n);
+}
+
+int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, size_t n)
+{
     int rc = 0;
+    bool want_lp = !r->embed && r->gen.logprobs >= 0;
     pthread_mutex_lock(&r->result_lock);
     if (r->finish == SREQ_FINISH_NONE) {
-        if (r->n_toks + n > r->cap_toks) {
-            size_t cap = r->cap_toks ? r->cap_toks * 2 : 64;
+        if (r->n_toks + n > r->cap_toks || (want_lp && r->lps == NULL)) {
+            size_t cap = r->cap_toks ? r->cap_toks : 64;
             while (cap < r->n_toks + n) cap *= 2;
             int32_t *t = realloc(r->toks, cap * sizeof(*t));
             if (t == NULL) {
@@ -65,7 +74,26 @@ int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n)
                 goto out;
             }
             r->toks = t;
+            if (want_lp) {
+                proto_logprob *l = realloc(r->lps, cap * sizeof(*l));
+                if (l == NULL) {
+                    rc = -1;
+                    goto out;
+                }
+                r->lps = l;
+            }
             r->cap_toks = cap;
+        }
+        for (size_t i = 0; want_lp && i < n; i++) {
+            proto_logprob *d = &r->lps[r->n_toks + i];
+            *d = (proto_logprob){.token = ids[i], .logprob = NAN};
+            if (lps == NULL) continue;
+            d->logprob = lps[i].logprob;
+            d->top = lps[i].n_top ? malloc(lps[i].n_top * sizeof(proto_top)) : NULL;
+            if (d->top != NULL) {
+                memcpy(d->top, lps[i].top, lps[i].n_top * sizeof(proto_top));
+                d->n_top = lps[i].n_top;
+            }
         }
         if (r->n_toks == 0 && n > 0) r->t_first_ns = strata_clock_ns();
         memcpy(r->toks + r->n_toks, ids, n * sizeof(*ids));

@@ -55,6 +55,7 @@ typedef struct sreq {
     pthread_cond_t result_cond;
     int32_t *toks;     /* every generated id so far, in order */
     size_t n_toks, cap_toks;
+    proto_logprob *lps; /* gen.logprobs >= 0: one per id of toks (each `top` malloc'd); else NULL */
     float *vec;        /* the embedding */
     size_t n_vec;
     enum sreq_finish finish;
@@ -76,6 +77,10 @@ void sreq_release(sreq *r);
 /* --- called by the replica side (the reader thread) --- */
 /* Appends generated ids; wakes the waiter. */
 int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n);
+/* The same with the engine's logprobs for those ids (lps may be NULL); they
+ * are copied when the request asked for logprobs (gen.logprobs >= 0), and
+ * an id that came without one gets logprob NAN. */
+int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, size_t n);
 /* Records the terminal outcome (once; later calls are ignored) and wakes the
  * waiter. stats may be NULL. For FINISH_ERROR, status/code/msg say why. */
 void sreq_finish_with(sreq *r, enum sreq_finish finish, const sreq_stats *stats, int status,

@@ -1,7 +1,8 @@
 /* The pool's routing: its lifetime, the bounded FIFO admission queue shared
- * by all replicas, choosing a replica, and cancellation (pool.h). Runs on the
- * calling threads (HTTP handlers, replica readers); no thread of its own
- * besides the supervisor it starts (replica.c). */
+ * by all replicas (including its wait for a restart while no replica is
+ * ready), scoring and choosing a replica, and cancellation (pool.h). Runs on
+ * the calling threads (HTTP handlers, replica readers, the supervisor); no
+ * thread of its own besides the supervisor it starts (replica.c). */
 #define _GNU_SOURCE
 #include "serve/pool_internal.h"
 
@@ -16,23 +17,18 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A replica's score for the next request: its free slots. (Prefix-cache
- * affinity joins here when the engine reports it.) Returns NAN for a replica
- * that must not be chosen. */
-static double replica_score_locked(const replica *rep)
+double pool_replica_score(enum replica_state state, int n_usable, int n_busy)
 {
-    if (rep->state != REPLICA_READY) return NAN;
-    int free_slots = rep->n_usable - rep->n_busy;
-    return free_slots > 0 ? (double)free_slots : NAN;
+    if (state != REPLICA_READY) return NAN;
+    if (n_usable < 0 || n_busy < 0 || n_busy >= n_usable) return NAN;
+    return (double)(n_usable - n_busy);
 }
 
-/* The index of the best replica, or -1. A score that is not finite is
- * ignored, never trusted (it could be NaN from a division by zero). */
-int pool_choose_locked(const double *scores, int n)
+int pool_choose_replica(const double *scores, int n)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
-        if (!isfinite(scores[i]) || scores[i] <= 0) continue;
+        if (!isfinite(scores[i]) || !(scores[i] > 0)) continue;
         if (best < 0 || scores[i] > scores[best]) best = i;
     }
     return best;
@@ -54,8 +50,11 @@ void pool_dispatch_locked(pool *p, pool_sends *out)
 {
     double scores[POOL_MAX_REPLICAS];
     while (p->n_queue > 0 && !p->stopping) {
-        for (int i = 0; i < p->cfg.n_replicas; i++) scores[i] = replica_score_locked(&p->reps[i]);
-        int best = pool_choose_locked(scores, p->cfg.n_replicas);
+        for (int i = 0; i < p->cfg.n_replicas; i++) {
+            const replica *rep = &p->reps[i];
+            scores[i] = pool_replica_score(rep->state, rep->n_usable, rep->n_busy);
+        }
+        int best = pool_choose_replica(scores, p->cfg.n_replicas);
         if (best < 0) return;
         replica *rep = &p->reps[best];
         sreq *r = p->queue[0];
@@ -135,6 +134,42 @@ void pool_flush_sends(pool *p, pool_sends *s)
     *s = (pool_sends){0};
 }
 
+bool pool_engines_failing_locked(const pool *p)
+{
+    for (int i = 0; i < p->cfg.n_replicas; i++) {
+        const replica *rep = &p->reps[i];
+        if (rep->state == REPLICA_READY || rep->failed_starts < p->cfg.max_failed_starts) return false;
+    }
+    return true;
+}
+
+sreq *pool_take_stranded_locked(pool *p, int64_t now_ns)
+{
+    bool any_ready = false;
+    for (int i = 0; i < p->cfg.n_replicas && !any_ready; i++) {
+        any_ready = p->reps[i].state == REPLICA_READY;
+    }
+    if (any_ready) {
+        p->no_ready_since_ns = 0;
+        return NULL;
+    }
+    if (p->no_ready_since_ns == 0) p->no_ready_since_ns = now_ns;
+    if (p->n_queue == 0) return NULL;
+    bool failing = pool_engines_failing_locked(p);
+    int64_t limit_ns = (int64_t)p->cfg.no_engine_wait_ms * 1000000;
+    for (int i = 0; i < p->n_queue; i++) {
+        sreq *r = p->queue[i];
+        /* Waiting behind busy replicas does not count: only the time since
+         * the pool last had a ready replica. */
+        int64_t since = r->t_submit_ns > p->no_ready_since_ns ? r->t_submit_ns : p->no_ready_since_ns;
+        if (!failing && now_ns - since < limit_ns) continue;
+        memmove(p->queue + i, p->queue + i + 1, (size_t)(p->n_queue - i - 1) * sizeof(*p->queue));
+        p->n_queue--;
+        return r;
+    }
+    return NULL;
+}
+
 enum pool_submit_result pool_submit(pool *p, sreq *r)
 {
     pool_sends sends = {0};
@@ -148,14 +183,18 @@ enum pool_submit_result pool_submit(pool *p, sreq *r)
     }
     if (p->stopping) {
         res = POOL_STOPPING;
-    } else if (n_ready == 0) {
+    } else if (n_ready == 0 && (p->n_queue >= p->cfg.max_queue || pool_engines_failing_locked(p))) {
+        /* Nothing can serve it now, and it may not wait for a restart. */
         res = POOL_NO_ENGINE;
     } else if (n_free == 0 && p->n_queue >= p->cfg.max_queue) {
         res = POOL_QUEUE_FULL;
     } else {
+        /* With no replica ready it waits here for one (pool.h); the
+         * supervisor fails it if none comes in time. */
         sreq_retain(r);
         p->queue[p->n_queue++] = r;
         pool_dispatch_locked(p, &sends);
+        if (n_ready == 0) pthread_cond_broadcast(&p->sched_cond);
     }
     pthread_mutex_unlock(&p->sched_lock);
     pool_flush_sends(p, &sends);
@@ -224,6 +263,8 @@ int pool_start(pool **out, const pool_config *c, strata_err *err)
     if (p->cfg.ready_timeout_ms <= 0) p->cfg.ready_timeout_ms = 600000;
     if (p->cfg.backoff_min_ms <= 0) p->cfg.backoff_min_ms = 100;
     if (p->cfg.backoff_max_ms <= 0) p->cfg.backoff_max_ms = 5000;
+    if (p->cfg.no_engine_wait_ms <= 0) p->cfg.no_engine_wait_ms = 60000;
+    if (p->cfg.max_failed_starts <= 0) p->cfg.max_failed_starts = 3;
     pthread_mutex_init(&p->sched_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -232,6 +273,7 @@ int pool_start(pool **out, const pool_config *c, strata_err *err)
     pthread_condattr_destroy(&ca);
     p->queue = calloc((size_t)c->max_queue + 1, sizeof(*p->queue));
     p->reps = calloc((size_t)c->n_replicas, sizeof(*p->reps));
+    p->no_ready_since_ns = strata_clock_ns(); /* nothing is ready before the first `ready` */
     bool ok = p->queue != NULL && p->reps != NULL;
     for (int i = 0; ok && i < c->n_replicas; i++) {
         replica *rep = &p->reps[i];
@@ -335,6 +377,12 @@ void pool_get_info(pool *p, pool_info *out)
             out->n_ready++;
             if (out->n_ctx == 0 || rep->n_ctx < out->n_ctx) out->n_ctx = rep->n_ctx;
         }
+    }
+    /* None ready: the context the replicas had when last ready, so that a
+     * request can still be checked and wait in the queue for a restart. */
+    for (int i = 0; out->n_ready == 0 && i < p->cfg.n_replicas; i++) {
+        int64_t c = p->reps[i].n_ctx;
+        if (c > 0 && (out->n_ctx == 0 || c < out->n_ctx)) out->n_ctx = c;
     }
     pthread_mutex_unlock(&p->sched_lock);
 }

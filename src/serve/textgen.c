@@ -48,6 +48,63 @@ void sbuf_free(sbuf *b)
     *b = (sbuf){0};
 }
 
+static bool is_continuation(char c)
+{
+    return ((unsigned char)c & 0xC0) == 0x80;
+}
+
+/* The index, in characters, of the one that holds byte `at` of gen (at >=
+ * chars_at; at == gen.len: the next one): a token that starts inside a
+ * character is placed at that character. */
+static size_t char_index(textgen *tg, size_t at)
+{
+    for (size_t i = tg->chars_at; i < at; i++) tg->n_chars += !is_continuation(tg->gen.data[i]);
+    tg->chars_at = at;
+    bool inside = at < tg->gen.len && is_continuation(tg->gen.data[at]) && tg->n_chars > 0;
+    return tg->n_chars - inside;
+}
+
+static int record_tok(textgen *tg, size_t start, size_t end, bool eog)
+{
+    if (tg->n_toks == tg->cap_toks) {
+        size_t cap = tg->cap_toks ? tg->cap_toks * 2 : 64;
+        textgen_tok *t = realloc(tg->toks, cap * sizeof(*t));
+        if (t == NULL) return STRATA_ENOMEM;
+        tg->toks = t;
+        tg->cap_toks = cap;
+    }
+    tg->toks[tg->n_toks++] = (textgen_tok){.start = start, .end = end,
+                                           .char_start = char_index(tg, start), .eog = eog};
+    return 0;
+}
+
+/* gen = everything the stream handed out, then its pending bytes. */
+static int gen_update(textgen *tg, size_t committed, const char *text, size_t n_text,
+                      const uint8_t *pending, size_t n_pending)
+{
+    tg->gen.len = committed;
+    if (sbuf_append(&tg->gen, text, n_text) != 0) return STRATA_ENOMEM;
+    if (sbuf_append(&tg->gen, (const char *)pending, n_pending) != 0) return STRATA_ENOMEM;
+    return 0;
+}
+
+static void update_visible(textgen *tg)
+{
+    while (tg->n_visible < tg->n_toks) {
+        const textgen_tok *t = &tg->toks[tg->n_visible];
+        if (t->eog) break;
+        if (!(t->start < tg->released || (tg->finished && !tg->hit_stop))) break;
+        tg->n_visible++;
+    }
+}
+
+const char *textgen_token_bytes(const textgen *tg, size_t i, size_t *n)
+{
+    const textgen_tok *t = &tg->toks[i];
+    *n = t->end - t->start;
+    return tg->gen.data ? tg->gen.data + t->start : "";
+}
+
 int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_prompt,
                  const char *const *stops, size_t n_stops, strata_err *err)
 {
@@ -62,6 +119,11 @@ int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_pr
         size_t n_text;
         int rc = tok_stream_push(&tg->st, prompt[i], &text, &n_text, err);
         if (rc != 0) return rc;
+    }
+    /* A prompt that ends inside a character: its first bytes come out with
+     * the generated text, ahead of the first token's own. */
+    if (gen_update(tg, 0, "", 0, tg->st.pending, tg->st.n_pending) != 0) {
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
     return 0;
 }
@@ -80,6 +142,7 @@ static int release(textgen *tg, sbuf *out, bool final)
     if (cut < n) {
         tg->ended = tg->hit_stop = true;
         int rc = sbuf_append(out, h, cut);
+        tg->released += cut;
         tg->held.len = 0;
         return rc;
     }
@@ -96,7 +159,8 @@ static int release(textgen *tg, sbuf *out, bool final)
         }
     }
     int rc = sbuf_append(out, h, n - keep);
-    memmove(tg->held.data, h + n - keep, keep);
+    tg->released += n - keep;
+    if (keep > 0) memmove(tg->held.data, h + n - keep, keep);
     tg->held.len = keep;
     return rc;
 }
@@ -105,16 +169,24 @@ int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
 {
     if (tg->ended) return 0;
     tg->n_consumed++;
+    size_t committed = tg->gen.len - tg->st.n_pending; /* bytes the stream handed out */
+    size_t start = tg->gen.len;
     if (vocab_is_eog(tg->v, id)) {
         tg->ended = true;
-        return 0;
+        return record_tok(tg, start, start, true);
     }
     const char *text;
     size_t n_text;
     int rc = tok_stream_push(&tg->st, id, &text, &n_text, err);
     if (rc != 0) return rc;
-    if (sbuf_append(&tg->held, text, n_text) != 0) return STRATA_ENOMEM;
-    return release(tg, out, false);
+    if (sbuf_append(&tg->held, text, n_text) != 0 ||
+        gen_update(tg, committed, text, n_text, tg->st.pending, tg->st.n_pending) != 0 ||
+        record_tok(tg, start, tg->gen.len, false) != 0) {
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    rc = release(tg, out, false);
+    update_visible(tg);
+    return rc;
 }
 
 int textgen_finish(textgen *tg, sbuf *out, strata_err *err)
@@ -122,8 +194,10 @@ int textgen_finish(textgen *tg, sbuf *out, strata_err *err)
     if (!tg->hit_stop) {
         const char *text;
         size_t n_text, n_incomplete;
+        size_t committed = tg->gen.len - tg->st.n_pending;
         int rc = tok_stream_finish(&tg->st, &text, &n_text, &n_incomplete, err);
         if (rc != 0) return rc;
+        if (gen_update(tg, committed, text, n_text, NULL, 0) != 0) return STRATA_ENOMEM;
         if (sbuf_append(&tg->held, text, n_text - n_incomplete) != 0) return STRATA_ENOMEM;
         if (n_incomplete > 0 && sbuf_append(&tg->held, "\xef\xbf\xbd", 3) != 0) {
             return STRATA_ENOMEM;
@@ -131,6 +205,8 @@ int textgen_finish(textgen *tg, sbuf *out, strata_err *err)
     }
     int rc = release(tg, out, true);
     tg->ended = true;
+    tg->finished = true;
+    update_visible(tg);
     return rc;
 }
 
@@ -138,4 +214,7 @@ void textgen_free(textgen *tg)
 {
     tok_stream_free(&tg->st);
     sbuf_free(&tg->held);
+    sbuf_free(&tg->gen);
+    free(tg->toks);
+    tg->toks = NULL;
 }

@@ -33,6 +33,7 @@ int wire_decode(const char *line, size_t len, wire_msg *m, strata_err *err)
         m->op = WIRE_TOK;
         m->tokens = pm->u.tok.tokens;
         m->n_tokens = pm->u.tok.n_tokens;
+        m->logprobs = pm->u.tok.logprobs;
         break;
     case PROTO_OP_EMB:
         m->op = WIRE_EMB;

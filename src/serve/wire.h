@@ -28,6 +28,7 @@ typedef struct wire_msg {
     proto_msg pm;            /* the decoded message; owns the arrays below */
     const int32_t *tokens;   /* tok */
     size_t n_tokens;
+    const proto_logprob *logprobs; /* tok: (n_tokens) when the engine sent them, else NULL */
     const float *vec;        /* emb */
     size_t n_vec;
     enum sreq_finish finish; /* done */

@@ -14,12 +14,23 @@
  *                  after the `stop`
  *   op 4 SILENT    nothing until `stop`
  *   op 5 BAD_TOKEN one token id 99999999 (no vocab has it), then as LATE_DONE
+ *   op 6 STOP_DIES tokens every delay ms until `stop`; arg ms after the `stop`,
+ *                  with no `done`: n 0, the process exits with status 3; n 1,
+ *                  it closes its stdout and lives on until its stdin closes
+ *   op 7 OVERRUN   n tokens whatever max_tokens says, then EOS and `done` stop
  *
  * Token i of request k is 259 + (k * 31 + i * 17) % 253. Stats are a
  * function of k alone: cached_n k % 5, prompt_ms k * 0.5 + 0.25,
  * predicted_ms k * 1.25 + 0.5, predicted_n the tokens sent.
  *
- * FAKE_ENGINE_LOG=path appends "gen <k>" for each gen received. */
+ * Environment (each optional):
+ *   FAKE_ENGINE_LOG=path    appends "gen <k>" for each gen received and
+ *                           "stop <k>" for each `stop` of a live request
+ *   FAKE_ENGINE_CRASH=path  while path exists, the engine exits with status 3
+ *                           at start, before `ready` (also while held)
+ *   FAKE_ENGINE_HOLD=path   while path exists, the engine holds back `ready`;
+ *                           any input meanwhile (the server's `shutdown`, or
+ *                           EOF) makes it exit 0 */
 #define _GNU_SOURCE
 #include "engine/protocol.h"
 
@@ -30,6 +41,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+enum { OP_NORMAL, OP_ERR, OP_DIE, OP_LATE_DONE, OP_SILENT, OP_BAD_TOKEN, OP_STOP_DIES, OP_OVERRUN,
+       OP_COUNT };
 
 typedef struct fake_req {
     bool used;
@@ -47,6 +61,7 @@ typedef struct fake_req {
 #define FAKE_MAX 256
 static fake_req g_reqs[FAKE_MAX];
 static proto_buf g_out;
+static bool g_mute; /* stdout closed: what would be written is dropped */
 
 static int64_t now_ms(void)
 {
@@ -57,6 +72,10 @@ static int64_t now_ms(void)
 
 static void flush_out(void)
 {
+    if (g_mute) {
+        g_out.len = 0;
+        return;
+    }
     size_t off = 0;
     while (off < g_out.len) {
         ssize_t k = write(STDOUT_FILENO, g_out.data + off, g_out.len - off);
@@ -117,7 +136,7 @@ static void on_gen(const proto_msg *m, FILE *log)
     r->id = m->id;
     r->n_prompt = (int64_t)g->n_tokens;
     r->max_tokens = g->max_tokens;
-    if (g->n_tokens == 9 && g->tokens[0] >= 35 && g->tokens[0] <= 40) {
+    if (g->n_tokens == 9 && g->tokens[0] >= 35 && g->tokens[0] < 35 + OP_COUNT) {
         r->op = g->tokens[0] - 35;
         r->k = decode2(g->tokens + 1);
         r->n = decode2(g->tokens + 3);
@@ -137,6 +156,18 @@ static void on_gen(const proto_msg *m, FILE *log)
 
 static void step(fake_req *r, int64_t t)
 {
+    if (r->stopping && r->op == OP_STOP_DIES) {
+        if (t < r->done_at_ms) return;
+        if (r->n == 0) {
+            flush_out();
+            _exit(3);
+        }
+        flush_out();
+        close(STDOUT_FILENO); /* the server sees EOF; no `done` ever comes */
+        g_mute = true;
+        r->used = false;
+        return;
+    }
     if (r->stopping) {
         if (r->op == 3 || r->op == 5) {
             if (t >= r->done_at_ms) send_done(r, PROTO_FINISH_CANCELLED);
@@ -176,6 +207,14 @@ static void step(fake_req *r, int64_t t)
         }
         send_tok(r, tok);
         break;
+    case OP_OVERRUN:
+        if (r->sent >= r->n) {
+            send_tok(r, 2);
+            send_done(r, PROTO_FINISH_STOP);
+        } else {
+            send_tok(r, tok);
+        }
+        break;
     case 5:
         if (!r->bad_sent) {
             r->bad_sent = true;
@@ -183,7 +222,8 @@ static void step(fake_req *r, int64_t t)
             break;
         }
         /* fall through */
-    case 3: send_tok(r, tok); break;
+    case 3:
+    case OP_STOP_DIES: send_tok(r, tok); break;
     default: break; /* 4: silent */
     }
 }
@@ -194,6 +234,19 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--slots") == 0) slots = atoi(argv[i + 1]);
         if (strcmp(argv[i], "--ctx") == 0) n_ctx = atoi(argv[i + 1]);
+    }
+    const char *crash = getenv("FAKE_ENGINE_CRASH");
+    const char *hold = getenv("FAKE_ENGINE_HOLD");
+    for (;;) {
+        if (crash != NULL && access(crash, F_OK) == 0) {
+            fprintf(stderr, "fake_engine: %s exists: crashing at start\n", crash);
+            return 3;
+        }
+        if (hold == NULL || access(hold, F_OK) != 0) break;
+        struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+        int pr = poll(&p, 1, 10);
+        if (pr > 0) return 0; /* `shutdown` or EOF before `ready`: nothing to serve */
+        if (pr < 0 && errno != EINTR) return 6;
     }
     const char *log_path = getenv("FAKE_ENGINE_LOG");
     FILE *log = log_path ? fopen(log_path, "ae") : NULL;
@@ -245,7 +298,12 @@ int main(int argc, char **argv)
                         fake_req *r = &g_reqs[i];
                         if (r->used && r->id == m.id && !r->stopping) {
                             r->stopping = true;
-                            r->done_at_ms = now_ms() + ((r->op == 3 || r->op == 5) ? r->arg : 0);
+                            bool later = r->op == 3 || r->op == 5 || r->op == OP_STOP_DIES;
+                            r->done_at_ms = now_ms() + (later ? r->arg : 0);
+                            if (log != NULL) {
+                                fprintf(log, "stop %d\n", r->k);
+                                fflush(log);
+                            }
                         }
                     }
                 } else if (m.op == PROTO_OP_PING) {

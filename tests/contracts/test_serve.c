@@ -21,13 +21,15 @@
 #include <cmocka.h>
 #include <ctype.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <sys/wait.h>
 
 #ifndef STRATA_BIN
 #error STRATA_BIN must name the strata binary
 #endif
 
-enum { OP_NORMAL = 0, OP_ERR = 1, OP_DIE = 2, OP_LATE_DONE = 3, OP_SILENT = 4, OP_BAD_TOKEN = 5 };
+enum { OP_NORMAL = 0, OP_ERR = 1, OP_DIE = 2, OP_LATE_DONE = 3, OP_SILENT = 4, OP_BAD_TOKEN = 5,
+       OP_STOP_DIES = 6, OP_OVERRUN = 7 };
 
 typedef struct srv {
     pid_t pid;
@@ -142,7 +144,8 @@ static void script_ids(int32_t *ids, int op, int k, int n, int delay, int arg)
 /* The text the server must return for request k's first n_gen tokens. */
 static char *expected_text(int op, int k, int n, int delay, int arg, int n_gen)
 {
-    int32_t ids[9 + 256];
+    int32_t *ids = malloc((9 + (size_t)n_gen) * sizeof(*ids));
+    assert_non_null(ids);
     script_ids(ids, op, k, n, delay, arg);
     for (int i = 0; i < n_gen; i++) ids[9 + i] = 259 + (k * 31 + i * 17) % 253;
     unsigned flags = TOK_DETOK_REMOVE_SPECIAL | TOK_DETOK_STRIP_LEADING_SPACE;
@@ -153,6 +156,7 @@ static char *expected_text(int op, int k, int n, int delay, int arg, int n_gen)
     assert_true(n_all >= n_pre && memcmp(all, pre, n_pre) == 0);
     memmove(all, all + n_pre, n_all - n_pre + 1);
     free(pre);
+    free(ids);
     return all;
 }
 
@@ -241,8 +245,9 @@ static json_t *complete(srv *s, const char *body, int *status)
     return j;
 }
 
-/* A normal request k must come back exactly as the fake made it. */
-static void expect_normal(srv *s, int k, int n)
+/* A normal request k must come back exactly as the fake made it; returns
+ * the replica that served it. */
+static int expect_normal_replica(srv *s, int k, int n)
 {
     char *body = completion_body(OP_NORMAL, k, n, 0, 0, NULL);
     int status;
@@ -257,9 +262,16 @@ static void expect_normal(srv *s, int k, int n)
     assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 9);
     assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), n + 1);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), k % 5);
+    int replica = (int)json_integer_value(json_object_get(json_object_get(j, "timings"), "replica"));
     free(want);
     free(body);
     json_decref(j);
+    return replica;
+}
+
+static void expect_normal(srv *s, int k, int n)
+{
+    expect_normal_replica(s, k, n);
 }
 
 /* Opens a streamed request and reads until its first data event. */
@@ -409,7 +421,8 @@ static void test_late_done_not_mixed(void **state)
 }
 
 /* The handler fails after the engine started (the engine sent a token the
- * vocab does not have): an error, and the slot is kept until `done`. */
+ * vocab does not have): an error (the engine's fault: 503), and the slot is
+ * kept until `done`. */
 static void test_handler_fails_after_start(void **state)
 {
     (void)state;
@@ -418,8 +431,9 @@ static void test_handler_fails_after_start(void **state)
     char *body = completion_body(OP_BAD_TOKEN, 61, 0, 5, 100, NULL);
     int status;
     json_t *j = complete(&s, body, &status);
-    assert_int_equal(status, 500);
-    assert_non_null(json_object_get(j, "error"));
+    assert_int_equal(status, 503);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "bad_engine_output");
     json_decref(j);
     expect_normal(&s, 62, 2);
     free(body);
@@ -434,7 +448,7 @@ static void test_engine_err(void **state)
     char *body = completion_body(OP_ERR, 71, 0, 0, 2, NULL);
     int status;
     json_t *j = complete(&s, body, &status);
-    assert_int_equal(status, 500);
+    assert_int_equal(status, 503); /* the engine failed: worth a retry */
     const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
     assert_non_null(msg);
     assert_non_null(strstr(msg, "fake failure 71"));
@@ -595,6 +609,417 @@ static void test_four_callers_never_mixed(void **state)
 }
 
 static int status_of(srv *s, const char *method, const char *path, const char *body,
+                     const char *extra, char **headers);
+
+/* --- raw streams, read at the test's own pace --- */
+
+typedef struct rawbuf {
+    char *data;
+    size_t len, cap;
+} rawbuf;
+
+static void rawbuf_append(rawbuf *b, const char *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        b->data = realloc(b->data, cap);
+        assert_non_null(b->data);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static size_t count_events(const rawbuf *b)
+{
+    size_t n = 0;
+    for (const char *p = b->data; p != NULL && (p = strstr(p, "data: ")) != NULL; p += 6) n++;
+    return n;
+}
+
+/* A client socket that takes little at a time: its receive buffer is as
+ * small as the kernel allows, and its segments small (both set before
+ * connecting). On loopback the server's send buffer grows with the peer's
+ * segment size, to megabytes with the default one; with small segments it
+ * stays at tens of kilobytes, so a client that stops reading soon blocks the
+ * server's writes to it, which is the case under test. */
+static int connect_small_rcvbuf(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    int small = 1024, mss = 536;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)), 0);
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* Reads until b holds at least min_events SSE events (bounded by the
+ * socket's receive timeout). */
+static void read_events(int fd, rawbuf *b, size_t min_events)
+{
+    char chunk[4096];
+    while (count_events(b) < min_events) {
+        ssize_t k = http_recv_some(fd, chunk, sizeof(chunk));
+        assert_true(k > 0);
+        rawbuf_append(b, chunk, (size_t)k);
+    }
+}
+
+/* Reads to the end in small pieces with a pause between them. */
+static void read_slowly_to_end(int fd, rawbuf *b)
+{
+    char chunk[512];
+    for (int i = 0; i < 200000; i++) { /* bounded: the stream is far shorter */
+        ssize_t k = http_recv_some(fd, chunk, sizeof(chunk));
+        assert_true(k >= 0);
+        if (k == 0) return;
+        rawbuf_append(b, chunk, (size_t)k);
+        usleep(300);
+    }
+    fail_msg("the stream never ended");
+}
+
+/* The SSE events of a raw chunked response (status must be 200). */
+static void raw_parse_sse(rawbuf *b, sse *ev)
+{
+    int status = 0;
+    assert_int_equal(sscanf(b->data, "HTTP/1.%*d %d", &status), 1);
+    assert_int_equal(status, 200);
+    char *body = strstr(b->data, "\r\n\r\n");
+    assert_non_null(body);
+    body += 4;
+    http_dechunk(body, b->len - (size_t)(body - b->data));
+    sse_parse(body, ev);
+}
+
+/* A slow consumer: a streaming client with a tiny receive buffer that stops
+ * reading after its first event while its engine produces hundreds of
+ * tokens. The server buffers that request's ids (bounded by its max_tokens)
+ * instead of pushing back on the engine: the engine finishes and frees the
+ * slot, requests on both replicas complete meanwhile, and the slow client
+ * later reads every token, exactly, and its own timings. */
+static void test_slow_consumer(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 2, 8, "--ctx", "2048", NULL);
+    enum { N_SLOW = 800 };
+    char *a_body = completion_body(OP_NORMAL, 201, N_SLOW, 1, 0, "\"stream\":true");
+    int fd_a = connect_small_rcvbuf(s.port);
+    assert_int_equal(http_send_request(fd_a, "POST", "/v1/completions", a_body, NULL), 0);
+    rawbuf ra = {0};
+    read_events(fd_a, &ra, 1);
+    /* A is not read from here on. Other requests, streamed and not: */
+    char *b_body = completion_body(OP_NORMAL, 202, 12, 2, 0, "\"stream\":true");
+    int fd_b = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_b, "POST", "/v1/completions", b_body, NULL), 0);
+    expect_normal(&s, 203, 5);
+    expect_normal(&s, 204, 3);
+    http_response hb;
+    assert_int_equal(http_read_response(fd_b, &hb), 0);
+    close(fd_b);
+    sse eb;
+    sse_parse(hb.body, &eb);
+    char *want_b = expected_text(OP_NORMAL, 202, 12, 2, 0, 12);
+    assert_string_equal(eb.text, want_b);
+    assert_true(eb.done);
+    assert_int_equal(check_timings(eb.timings, 202, 13), 0);
+    /* A's engine finished and gave its slot back although its client has
+     * read one event: nothing waits on that client. */
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+    wait_metric(&s, "strata_replica_in_flight{replica=\"1\"} 0");
+    expect_normal(&s, 205, 4);
+    /* Now A reads, slowly, and gets everything. */
+    read_slowly_to_end(fd_a, &ra);
+    close(fd_a);
+    sse ea;
+    raw_parse_sse(&ra, &ea);
+    char *want_a = expected_text(OP_NORMAL, 201, N_SLOW, 1, 0, N_SLOW);
+    assert_true(strlen(want_a) < sizeof(ea.text) - 1);
+    assert_null(ea.error);
+    assert_string_equal(ea.text, want_a);
+    assert_true(ea.done);
+    assert_string_equal(ea.finish, "stop");
+    assert_int_equal(check_timings(ea.timings, 201, N_SLOW + 1), 0);
+    sse_free(&ea);
+    sse_free(&eb);
+    free(want_a);
+    free(want_b);
+    free(ra.data);
+    free(a_body);
+    free(b_body);
+    http_response_free(&hb);
+    srv_stop(&s);
+}
+
+/* What bounds the ids a request buffers: an engine that sends a request more
+ * tokens than its max_tokens breaks the protocol. The server kills it, the
+ * request gets a 503, and the engine is started again. */
+static void test_engine_overrun_is_a_fault(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    char *body = completion_body(OP_OVERRUN, 211, 10, 0, 0, "\"max_tokens\":3");
+    int status;
+    json_t *j = complete(&s, body, &status);
+    assert_int_equal(status, 503);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "engine_died");
+    json_decref(j);
+    free(body);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+    wait_metric(&s, "strata_replica_ready{replica=\"0\"} 1");
+    /* within its limit the same op is a normal request */
+    body = completion_body(OP_OVERRUN, 212, 10, 0, 0, "\"max_tokens\":11");
+    j = complete(&s, body, &status);
+    assert_int_equal(status, 200);
+    char *want = expected_text(OP_OVERRUN, 212, 10, 0, 0, 10);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), want);
+    free(want);
+    json_decref(j);
+    free(body);
+    srv_stop(&s);
+}
+
+static char *read_log(const char *path)
+{
+    size_t n;
+    char *raw = testdata_read_file(path, &n);
+    assert_non_null(raw);
+    char *text = strndup(raw, n); /* testdata_read_file gives bytes, not a string */
+    free(raw);
+    return text;
+}
+
+/* The engine dies while draining a `stop`: a client leaves, the server sends
+ * `stop`, and the engine exits (mode 0) or closes its stdout (mode 1) before
+ * any `done`. The cancelled request, which still held its slot, is released
+ * once (ASan: no leak, no double free); the replica restarts; a stream on
+ * the other replica goes on untouched; the next request on the restarted
+ * replica is served. */
+static void test_engine_dies_draining_stop(void **state)
+{
+    (void)state;
+    char log[600];
+    snprintf(log, sizeof(log), "%s/fake-drain-%d.log", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_LOG", log, 1);
+    srv s;
+    srv_start(&s, 2, 2, 8, NULL);
+    unsetenv("FAKE_ENGINE_LOG");
+    /* H streams on replica 0 (ties go to the lowest index) until we leave */
+    char *h_body = completion_body(OP_LATE_DONE, 301, 0, 10, 0, "\"stream\":true");
+    int fd_h = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_h, "POST", "/v1/completions", h_body, NULL), 0);
+    rawbuf rh = {0};
+    read_events(fd_h, &rh, 1);
+    for (int mode = 0; mode < 2; mode++) {
+        int k = 302 + 10 * mode;
+        /* replica 1 has more free slots than replica 0 (H): A goes there */
+        char *a_body = completion_body(OP_STOP_DIES, k, mode, 5, 50, "\"stream\":true");
+        int fd_a = open_stream_until_first_event(&s, a_body);
+        close(fd_a); /* the server sends `stop`; the engine dies 50 ms later */
+        char line[128];
+        snprintf(line, sizeof(line), "strata_engine_restarts_total{replica=\"1\"} %d", mode + 1);
+        wait_metric(&s, line);
+        wait_metric(&s, "strata_replica_ready{replica=\"1\"} 1");
+        wait_metric(&s, "strata_replica_in_flight{replica=\"1\"} 0");
+        /* H still holds replica 0: this one goes to the restarted replica */
+        assert_int_equal(expect_normal_replica(&s, k + 1, 3), 1);
+        read_events(fd_h, &rh, count_events(&rh) + 2); /* H keeps streaming */
+        char *seen = read_log(log);
+        char want_stop[32];
+        snprintf(want_stop, sizeof(want_stop), "stop %d\n", k);
+        assert_non_null(strstr(seen, want_stop)); /* it died draining, not before */
+        free(seen);
+        free(a_body);
+    }
+    close(fd_h);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+    /* what H got is its own tokens, in order, with no error */
+    char *body = strstr(rh.data, "\r\n\r\n");
+    assert_non_null(body);
+    body += 4;
+    http_dechunk(body, rh.len - (size_t)(body - rh.data));
+    sse eh;
+    sse_parse(body, &eh);
+    assert_null(eh.error);
+    char *want_h = expected_text(OP_LATE_DONE, 301, 0, 10, 0, 2000);
+    assert_true(strlen(eh.text) > 0 && strlen(eh.text) <= strlen(want_h));
+    assert_memory_equal(eh.text, want_h, strlen(eh.text));
+    free(want_h);
+    sse_free(&eh);
+    expect_normal(&s, 330, 2);
+    free(rh.data);
+    free(h_body);
+    srv_stop(&s);
+}
+
+/* Sends a request and leaves the response for later. */
+static int send_later(srv *s, const char *body)
+{
+    int fd = http_connect(s->port, 30);
+    assert_true(fd >= 0);
+    assert_int_equal(http_send_request(fd, "POST", "/v1/completions", body, NULL), 0);
+    return fd;
+}
+
+static int touch(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+/* Requests that arrive while the only engine is down wait in the queue for
+ * its restart (within the queue's bound; past it they get 503 at once) and
+ * are then served first come first served, streamed or not. */
+static void test_queued_wait_for_restart(void **state)
+{
+    (void)state;
+    char log[600], gate[600];
+    snprintf(log, sizeof(log), "%s/fake-fifo-%d.log", testdata_scratch_dir(), (int)getpid());
+    snprintf(gate, sizeof(gate), "%s/hold-%d", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_LOG", log, 1);
+    setenv("FAKE_ENGINE_HOLD", gate, 1);
+    srv s;
+    srv_start(&s, 1, 1, 2, NULL);
+    unsetenv("FAKE_ENGINE_LOG");
+    unsetenv("FAKE_ENGINE_HOLD");
+    assert_int_equal(touch(gate), 0); /* the next start holds back `ready` */
+    char *a_body = completion_body(OP_DIE, 401, 0, 0, 1, NULL);
+    int status;
+    json_t *j = complete(&s, a_body, &status);
+    assert_int_equal(status, 503);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "engine_died");
+    json_decref(j);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+    assert_int_equal(status_of(&s, "GET", "/health", NULL, NULL, NULL), 503);
+    char *b_body = completion_body(OP_NORMAL, 402, 3, 0, 0, NULL);
+    int fd_b = send_later(&s, b_body);
+    wait_metric(&s, "strata_queue_depth 1");
+    char *c_body = completion_body(OP_NORMAL, 403, 4, 1, 0, "\"stream\":true");
+    int fd_c = send_later(&s, c_body);
+    wait_metric(&s, "strata_queue_depth 2");
+    /* the queue (2) is full and no engine is ready: 503 at once */
+    char *d_body = completion_body(OP_NORMAL, 404, 2, 0, 0, NULL);
+    j = complete(&s, d_body, &status);
+    assert_int_equal(status, 503);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "no_engine");
+    json_decref(j);
+    assert_int_equal(unlink(gate), 0); /* the engine gets ready */
+    http_response hb;
+    assert_int_equal(http_read_response(fd_b, &hb), 0);
+    close(fd_b);
+    assert_int_equal(hb.status, 200);
+    j = json_loads(hb.body, 0, NULL);
+    char *want_b = expected_text(OP_NORMAL, 402, 3, 0, 0, 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")), want_b);
+    assert_int_equal(check_timings(json_object_get(j, "timings"), 402, 4), 0);
+    json_decref(j);
+    http_response hc;
+    assert_int_equal(http_read_response(fd_c, &hc), 0);
+    close(fd_c);
+    assert_int_equal(hc.status, 200);
+    sse ec;
+    sse_parse(hc.body, &ec);
+    char *want_c = expected_text(OP_NORMAL, 403, 4, 1, 0, 4);
+    assert_null(ec.error);
+    assert_string_equal(ec.text, want_c);
+    assert_true(ec.done);
+    assert_int_equal(check_timings(ec.timings, 403, 5), 0);
+    srv_stop(&s);
+    /* the engines saw A, then B, then C; never D */
+    char *seen = read_log(log);
+    char *pa = strstr(seen, "gen 401\n"), *pb = strstr(seen, "gen 402\n"), *pc = strstr(seen, "gen 403\n");
+    assert_non_null(pa);
+    assert_non_null(pb);
+    assert_non_null(pc);
+    assert_true(pa < pb && pb < pc);
+    assert_null(strstr(seen, "gen 404\n"));
+    free(seen);
+    sse_free(&ec);
+    http_response_free(&hb);
+    http_response_free(&hc);
+    free(want_b);
+    free(want_c);
+    free(a_body);
+    free(b_body);
+    free(c_body);
+    free(d_body);
+}
+
+/* The engine keeps failing to start: a queued request gets 503 `no_engine`
+ * once the replica has failed 3 starts in a row, later requests get it at
+ * once, and requests are served again when a start succeeds. */
+static void test_queued_fails_when_engine_keeps_failing(void **state)
+{
+    (void)state;
+    char gate[600], crash[600];
+    snprintf(gate, sizeof(gate), "%s/hold2-%d", testdata_scratch_dir(), (int)getpid());
+    snprintf(crash, sizeof(crash), "%s/crash-%d", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_HOLD", gate, 1);
+    setenv("FAKE_ENGINE_CRASH", crash, 1);
+    srv s;
+    srv_start(&s, 1, 1, 4, NULL);
+    unsetenv("FAKE_ENGINE_HOLD");
+    unsetenv("FAKE_ENGINE_CRASH");
+    assert_int_equal(touch(gate), 0);
+    char *a_body = completion_body(OP_DIE, 411, 0, 0, 0, NULL);
+    int status;
+    json_t *j = complete(&s, a_body, &status);
+    assert_int_equal(status, 503);
+    json_decref(j);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+    /* the restarted engine holds: B waits in the queue */
+    char *b_body = completion_body(OP_NORMAL, 412, 3, 0, 0, NULL);
+    int fd_b = send_later(&s, b_body);
+    wait_metric(&s, "strata_queue_depth 1");
+    /* from here every start fails (the held one too) */
+    assert_int_equal(touch(crash), 0);
+    http_response hb;
+    assert_int_equal(http_read_response(fd_b, &hb), 0);
+    close(fd_b);
+    assert_int_equal(hb.status, 503);
+    assert_non_null(strcasestr(hb.headers, "Retry-After:"));
+    j = json_loads(hb.body, 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "no_engine");
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "failed 3 starts"));
+    json_decref(j);
+    wait_metric(&s, "strata_queue_depth 0");
+    /* while it keeps failing, a new request is not held */
+    char *c_body = completion_body(OP_NORMAL, 413, 3, 0, 0, "\"stream\":true");
+    j = complete(&s, c_body, &status);
+    assert_int_equal(status, 503);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "no_engine");
+    json_decref(j);
+    /* starts succeed again */
+    assert_int_equal(unlink(crash), 0);
+    assert_int_equal(unlink(gate), 0);
+    wait_metric(&s, "strata_replica_ready{replica=\"0\"} 1");
+    expect_normal(&s, 414, 3);
+    http_response_free(&hb);
+    free(a_body);
+    free(b_body);
+    free(c_body);
+    srv_stop(&s);
+}
+
+static int status_of(srv *s, const char *method, const char *path, const char *body,
                      const char *extra, char **headers)
 {
     http_response hr;
@@ -707,6 +1132,11 @@ SERVE_TEST(test_engine_dies_others_continue)
 SERVE_TEST(test_cancel_while_queued)
 SERVE_TEST(test_four_callers_never_mixed)
 SERVE_TEST(test_http_errors)
+SERVE_TEST(test_slow_consumer)
+SERVE_TEST(test_engine_overrun_is_a_fault)
+SERVE_TEST(test_engine_dies_draining_stop)
+SERVE_TEST(test_queued_wait_for_restart)
+SERVE_TEST(test_queued_fails_when_engine_keeps_failing)
 
 int main(void)
 {
@@ -723,6 +1153,11 @@ int main(void)
         cmocka_unit_test_teardown(test_cancel_while_queued_guard, kill_leftover),
         cmocka_unit_test_teardown(test_four_callers_never_mixed_guard, kill_leftover),
         cmocka_unit_test_teardown(test_http_errors_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_slow_consumer_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_engine_overrun_is_a_fault_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_engine_dies_draining_stop_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_queued_wait_for_restart_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_queued_fails_when_engine_keeps_failing_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

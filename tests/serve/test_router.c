@@ -1,0 +1,300 @@
+/* Tests of the router's decisions (src/serve/router.c, pool_internal.h),
+ * without processes: scoring a replica, choosing among scores (a score that
+ * is not finite is ignored, never trusted), dispatching the queue over
+ * replica states built here, and which queued requests may wait no longer
+ * while no replica is ready. The same code runs in `strata serve`; the
+ * contract tests (tests/contracts/test_serve.c) drive it over real pipes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "serve/pool_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- choosing among scores --- */
+
+static void test_choose_picks_the_highest_finite(void **state)
+{
+    (void)state;
+    const double s[] = {1.0, 3.0, 2.0};
+    assert_int_equal(pool_choose_replica(s, 3), 1);
+    const double one[] = {0.5};
+    assert_int_equal(pool_choose_replica(one, 1), 0);
+    assert_int_equal(pool_choose_replica(NULL, 0), -1);
+}
+
+static void test_choose_ties_go_to_the_lowest_index(void **state)
+{
+    (void)state;
+    const double s[] = {1.0, 2.0, 2.0, 2.0};
+    assert_int_equal(pool_choose_replica(s, 4), 1);
+}
+
+static void test_choose_ignores_nan(void **state)
+{
+    (void)state;
+    /* NaN compares false with everything: first, middle and last place */
+    const double a[] = {NAN, 1.0, 2.0};
+    assert_int_equal(pool_choose_replica(a, 3), 2);
+    const double b[] = {2.0, NAN, 1.0};
+    assert_int_equal(pool_choose_replica(b, 3), 0);
+    const double c[] = {1.0, 2.0, NAN};
+    assert_int_equal(pool_choose_replica(c, 3), 1);
+    const double d[] = {-NAN, 1.0};
+    assert_int_equal(pool_choose_replica(d, 2), 1);
+}
+
+static void test_choose_ignores_infinities(void **state)
+{
+    (void)state;
+    /* +Inf would win every comparison; it must not be trusted */
+    const double a[] = {1.0, INFINITY, 2.0};
+    assert_int_equal(pool_choose_replica(a, 3), 2);
+    const double b[] = {INFINITY, 0.25};
+    assert_int_equal(pool_choose_replica(b, 2), 1);
+    const double c[] = {-INFINITY, 1.0, -INFINITY};
+    assert_int_equal(pool_choose_replica(c, 3), 1);
+    /* the largest finite double is still a score */
+    const double d[] = {INFINITY, 1e300, NAN};
+    assert_int_equal(pool_choose_replica(d, 3), 1);
+}
+
+static void test_choose_all_non_finite_is_no_choice(void **state)
+{
+    (void)state;
+    const double a[] = {NAN, INFINITY, -INFINITY, NAN};
+    assert_int_equal(pool_choose_replica(a, 4), -1);
+    const double b[] = {INFINITY};
+    assert_int_equal(pool_choose_replica(b, 1), -1);
+    const double c[] = {NAN};
+    assert_int_equal(pool_choose_replica(c, 1), -1);
+}
+
+static void test_choose_ignores_zero_and_negative(void **state)
+{
+    (void)state;
+    const double a[] = {0.0, -0.0, -1.0};
+    assert_int_equal(pool_choose_replica(a, 3), -1);
+    const double b[] = {-5.0, 0.0, 1e-300};
+    assert_int_equal(pool_choose_replica(b, 3), 2);
+}
+
+/* --- scoring a replica --- */
+
+static void test_score_is_free_slots_of_a_ready_replica(void **state)
+{
+    (void)state;
+    assert_true(pool_replica_score(REPLICA_READY, 4, 1) == 3.0);
+    assert_true(pool_replica_score(REPLICA_READY, 1, 0) == 1.0);
+    /* not routable: the score is not finite, so the chooser skips it */
+    assert_false(isfinite(pool_replica_score(REPLICA_READY, 2, 2)));
+    assert_false(isfinite(pool_replica_score(REPLICA_DOWN, 4, 0)));
+    assert_false(isfinite(pool_replica_score(REPLICA_STARTING, 4, 0)));
+    /* counts that cannot be: never a score */
+    assert_false(isfinite(pool_replica_score(REPLICA_READY, 2, 3)));
+    assert_false(isfinite(pool_replica_score(REPLICA_READY, -1, -3)));
+    assert_false(isfinite(pool_replica_score(REPLICA_READY, 0, 0)));
+}
+
+/* --- dispatching over replica states built here --- */
+
+typedef struct fixture {
+    pool p;
+    replica reps[4];
+    sreq *slots[4][2];
+    sreq *queue[8];
+} fixture;
+
+static void fixture_init(fixture *f, int n_replicas, int max_queue)
+{
+    memset(f, 0, sizeof(*f));
+    f->p.cfg.n_replicas = n_replicas;
+    f->p.cfg.n_slots = 2;
+    f->p.cfg.max_queue = max_queue;
+    f->p.cfg.no_engine_wait_ms = 1000;
+    f->p.cfg.max_failed_starts = 3;
+    f->p.reps = f->reps;
+    f->p.queue = f->queue;
+    for (int i = 0; i < n_replicas; i++) {
+        f->reps[i] = (replica){.p = &f->p, .index = i, .slots = f->slots[i], .next_id = 1,
+                               .conn_gen = 1};
+    }
+}
+
+static void fixture_queue(fixture *f, sreq *r)
+{
+    f->p.queue[f->p.n_queue++] = r;
+}
+
+/* Frees what dispatch moved into slots (the tests own every reference). */
+static void fixture_free(fixture *f)
+{
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 2; j++) sreq_release(f->slots[i][j]);
+    }
+    for (int i = 0; i < f->p.n_queue; i++) sreq_release(f->p.queue[i]);
+}
+
+static void test_dispatch_skips_unroutable_replicas(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, 4, 4);
+    f.reps[0].state = REPLICA_DOWN;
+    f.reps[1] = (replica){.p = &f.p, .index = 1, .slots = f.slots[1], .state = REPLICA_READY,
+                          .n_usable = 1, .n_busy = 1, .conn_gen = 1, .next_id = 1};
+    f.slots[1][0] = sreq_new(100, false); /* the busy slot */
+    f.reps[2].state = REPLICA_STARTING;
+    f.reps[3].state = REPLICA_READY;
+    f.reps[3].n_usable = 2;
+    sreq *a = sreq_new(1, false), *b = sreq_new(2, false), *c = sreq_new(3, false);
+    fixture_queue(&f, a);
+    fixture_queue(&f, b);
+    fixture_queue(&f, c);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    /* first come first served onto the only replica with free slots */
+    assert_int_equal(sends.n, 2);
+    assert_ptr_equal(sends.v[0].req, a);
+    assert_ptr_equal(sends.v[1].req, b);
+    assert_ptr_equal(sends.v[0].rep, &f.reps[3]);
+    assert_int_equal(a->replica, 3);
+    assert_int_equal(b->replica, 3);
+    assert_true(a->engine_id != b->engine_id);
+    assert_int_equal(f.reps[3].n_busy, 2);
+    assert_int_equal(f.p.n_queue, 1);
+    assert_ptr_equal(f.p.queue[0], c);
+    assert_int_equal(c->replica, -1);
+    free(sends.v);
+    fixture_free(&f);
+}
+
+static void test_dispatch_with_no_routable_replica_keeps_the_queue(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, 2, 4);
+    f.reps[0].state = REPLICA_DOWN;
+    f.reps[1].state = REPLICA_STARTING;
+    f.reps[1].n_usable = 2;
+    sreq *a = sreq_new(1, false);
+    fixture_queue(&f, a);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 0);
+    assert_int_equal(f.p.n_queue, 1);
+    /* the replica becomes ready: the waiting request goes to it */
+    f.reps[1].state = REPLICA_READY;
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_ptr_equal(sends.v[0].rep, &f.reps[1]);
+    assert_int_equal(f.p.n_queue, 0);
+    free(sends.v);
+    fixture_free(&f);
+}
+
+/* --- the wait for a restart while no replica is ready --- */
+
+#define MS (INT64_C(1000000))
+
+static void test_stranded_after_the_wait_bound(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, 2, 4);
+    int64_t t0 = 1000 * MS;
+    sreq *a = sreq_new(1, false), *b = sreq_new(2, false);
+    a->t_submit_ns = t0;
+    b->t_submit_ns = t0 + 500 * MS;
+    fixture_queue(&f, a);
+    fixture_queue(&f, b);
+    /* a replica is ready: nothing is stranded, however long they waited */
+    f.reps[0].state = REPLICA_READY;
+    f.reps[0].n_usable = 2;
+    f.reps[0].n_busy = 2;
+    assert_null(pool_take_stranded_locked(&f.p, t0 + 100000 * MS));
+    assert_int_equal(f.p.no_ready_since_ns, 0);
+    /* it dies at t0 + 2 s: the wait counts from then, not from submission */
+    f.reps[0].state = REPLICA_DOWN;
+    f.reps[0].n_busy = 0;
+    int64_t dead = t0 + 2000 * MS;
+    assert_null(pool_take_stranded_locked(&f.p, dead));
+    assert_int_equal(f.p.no_ready_since_ns, dead);
+    assert_null(pool_take_stranded_locked(&f.p, dead + 999 * MS));
+    assert_ptr_equal(pool_take_stranded_locked(&f.p, dead + 1000 * MS), a);
+    assert_ptr_equal(pool_take_stranded_locked(&f.p, dead + 1000 * MS), b);
+    assert_null(pool_take_stranded_locked(&f.p, dead + 1000 * MS));
+    assert_int_equal(f.p.n_queue, 0);
+    sreq_release(a);
+    sreq_release(b);
+    fixture_free(&f);
+}
+
+static void test_stranded_counts_from_submission_when_later(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, 1, 4);
+    f.p.no_ready_since_ns = 100 * MS;
+    sreq *a = sreq_new(1, false), *b = sreq_new(2, false);
+    a->t_submit_ns = 200 * MS;
+    b->t_submit_ns = 900 * MS;
+    fixture_queue(&f, a);
+    fixture_queue(&f, b);
+    assert_ptr_equal(pool_take_stranded_locked(&f.p, 1200 * MS), a);
+    assert_null(pool_take_stranded_locked(&f.p, 1899 * MS));
+    assert_int_equal(f.p.n_queue, 1);
+    /* a replica gets ready: b waits for its slot, not for the bound */
+    f.reps[0].state = REPLICA_READY;
+    assert_null(pool_take_stranded_locked(&f.p, 5000 * MS));
+    assert_int_equal(f.p.n_queue, 1);
+    sreq_release(a);
+    fixture_free(&f);
+}
+
+static void test_stranded_at_once_when_every_replica_keeps_failing(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_init(&f, 2, 4);
+    f.p.no_ready_since_ns = 1000 * MS;
+    sreq *a = sreq_new(1, false);
+    a->t_submit_ns = 1000 * MS;
+    fixture_queue(&f, a);
+    f.reps[0].failed_starts = 3;
+    f.reps[1].failed_starts = 2; /* one replica may still come up: wait */
+    assert_false(pool_engines_failing_locked(&f.p));
+    assert_null(pool_take_stranded_locked(&f.p, 1001 * MS));
+    f.reps[1].failed_starts = 3;
+    assert_true(pool_engines_failing_locked(&f.p));
+    assert_ptr_equal(pool_take_stranded_locked(&f.p, 1001 * MS), a);
+    /* a ready replica ends the failing state whatever the counts say */
+    f.reps[1].state = REPLICA_READY;
+    assert_false(pool_engines_failing_locked(&f.p));
+    sreq_release(a);
+    fixture_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose_picks_the_highest_finite),
+        cmocka_unit_test(test_choose_ties_go_to_the_lowest_index),
+        cmocka_unit_test(test_choose_ignores_nan),
+        cmocka_unit_test(test_choose_ignores_infinities),
+        cmocka_unit_test(test_choose_all_non_finite_is_no_choice),
+        cmocka_unit_test(test_choose_ignores_zero_and_negative),
+        cmocka_unit_test(test_score_is_free_slots_of_a_ready_replica),
+        cmocka_unit_test(test_dispatch_skips_unroutable_replicas),
+        cmocka_unit_test(test_dispatch_with_no_routable_replica_keeps_the_queue),
+        cmocka_unit_test(test_stranded_after_the_wait_bound),
+        cmocka_unit_test(test_stranded_counts_from_submission_when_later),
+        cmocka_unit_test(test_stranded_at_once_when_every_replica_keeps_failing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
