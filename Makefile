@@ -1,6 +1,7 @@
 # A thin front door over CMake. The two commands a newcomer needs:
 #   make run    build, then run the main job on MODEL (see README)
-#   make test   everything CI runs: tests, the same under ASan+UBSan, fuzzing
+#   make test   everything CI runs: tests, the same under ASan+UBSan, fuzzing,
+#               and the end-to-end tests with the openai npm client
 # Each installs the Debian packages it needs first (scripts/deps.sh).
 
 BUILD       ?= build
@@ -11,7 +12,7 @@ FUZZ_SECONDS ?= 30
 WERROR      ?= OFF
 MODEL       ?=
 
-.PHONY: all deps build run test check asan fuzz clean
+.PHONY: all deps build run test check asan fuzz e2e clean
 
 all: build
 
@@ -45,7 +46,16 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-test: check asan fuzz
+# The end-to-end tests (tests/e2e/, scripts/e2e.sh) on $(BUILD)/strata: built
+# with $(BUILD)'s own configuration when it has one, so that after `check`
+# nothing is rebuilt.
+e2e: deps
+	@test -f $(BUILD)/CMakeCache.txt || \
+	    cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target strata
+	bash scripts/e2e.sh $(BUILD)
+
+test: check asan fuzz e2e
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,270 @@
+// The OpenAI API of a real `strata serve` (stories260K, 2 replicas x 2
+// slots) through the official openai client: completions and chat, streamed
+// and not, usage and timings, stop strings, seeds, logprobs, embeddings,
+// models and the metrics scrape.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { MODEL_NAME, drain, skipReason, startServer } from './harness.mjs';
+
+const skip = skipReason();
+const PROMPT = 'Once upon a time';
+const TIMING_FIELDS = ['queue_ms', 'prompt_n', 'cached_n', 'prompt_ms', 'ttft_ms', 'predicted_n',
+  'predicted_ms', 'predicted_per_second', 'replica'];
+
+function checkTimings(t, usage) {
+  assert.ok(t, 'a timings object');
+  for (const f of TIMING_FIELDS) assert.equal(typeof t[f], 'number', `timings.${f}`);
+  assert.ok(t.replica === 0 || t.replica === 1, `timings.replica ${t.replica}`);
+  assert.equal(t.prompt_n, usage.prompt_tokens);
+  assert.ok(t.cached_n >= 0 && t.cached_n <= t.prompt_n);
+  for (const f of ['queue_ms', 'prompt_ms', 'ttft_ms', 'predicted_ms', 'predicted_per_second']) {
+    assert.ok(t[f] >= 0, `timings.${f} >= 0`);
+  }
+}
+
+function checkUsage(u) {
+  assert.ok(u, 'a usage object');
+  assert.ok(Number.isInteger(u.prompt_tokens) && u.prompt_tokens > 0);
+  assert.ok(Number.isInteger(u.completion_tokens) && u.completion_tokens >= 0);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  assert.ok(Number.isInteger(u.prompt_tokens_details?.cached_tokens), 'usage.prompt_tokens_details.cached_tokens');
+}
+
+describe('strata serve with the openai client', { skip: skip ?? false }, () => {
+  let server;
+  let client;
+  before(async () => {
+    server = await startServer();
+    client = server.client();
+  });
+  after(async () => {
+    if (server) assert.equal(await server.stop(), 0, 'strata serve exits 0 on SIGTERM');
+  });
+
+  // The greedy answer a few tests build on.
+  const greedy = (extra = {}) => client.completions.create({
+    model: MODEL_NAME, prompt: PROMPT, max_tokens: 40, temperature: 0, ...extra,
+  });
+
+  test('models lists the one model', async () => {
+    const list = await client.models.list();
+    const ids = [];
+    for await (const m of list) ids.push(m.id);
+    assert.deepEqual(ids, [MODEL_NAME]);
+  });
+
+  test('completion: text, finish_reason, usage, timings', async () => {
+    const r = await greedy();
+    assert.equal(r.object, 'text_completion');
+    assert.equal(r.model, MODEL_NAME);
+    assert.equal(r.choices.length, 1);
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'length');
+    assert.ok(c.text.length > 20, `some text: ${JSON.stringify(c.text)}`);
+    assert.equal(c.logprobs, null);
+    checkUsage(r.usage);
+    assert.equal(r.usage.completion_tokens, 40);
+    checkTimings(r.timings, r.usage);
+    assert.equal(r.timings.predicted_n, 40);
+    // greedy is greedy: the same again
+    assert.equal((await greedy()).choices[0].text, c.text);
+  });
+
+  test('completion streamed: the same text, then usage and timings', async () => {
+    const whole = (await greedy()).choices[0].text;
+    const stream = await greedy({ stream: true, stream_options: { include_usage: true } });
+    const s = await drain(stream);
+    assert.equal(s.error, null);
+    assert.equal(s.text, whole);
+    assert.equal(s.finish, 'length');
+    assert.ok(s.chunks.length > 2, 'several chunks');
+    checkUsage(s.usage);
+    assert.equal(s.usage.completion_tokens, 40);
+    checkTimings(s.timings, s.usage);
+    // the usage chunk has no choices
+    const last = s.chunks[s.chunks.length - 1];
+    assert.deepEqual(last.choices, []);
+  });
+
+  test('chat: message, usage, timings; streamed the same', async () => {
+    const req = {
+      model: MODEL_NAME, messages: [{ role: 'user', content: 'Tell me a story' }],
+      max_tokens: 32, temperature: 0,
+    };
+    const r = await client.chat.completions.create(req);
+    assert.equal(r.object, 'chat.completion');
+    const m = r.choices[0].message;
+    assert.equal(m.role, 'assistant');
+    assert.ok(m.content.length > 0);
+    checkUsage(r.usage);
+    checkTimings(r.timings, r.usage);
+    const s = await drain(await client.chat.completions.create({
+      ...req, stream: true, stream_options: { include_usage: true },
+    }), true);
+    assert.equal(s.error, null);
+    assert.equal(s.text, m.content);
+    assert.equal(s.chunks[0].object, 'chat.completion.chunk');
+    assert.equal(s.chunks[0].choices[0].delta.role, 'assistant');
+    assert.equal(s.finish, r.choices[0].finish_reason);
+    checkUsage(s.usage);
+    assert.deepEqual(s.usage, r.usage);
+  });
+
+  test('max_completion_tokens limits chat too', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL_NAME, messages: [{ role: 'user', content: 'Hi' }], max_completion_tokens: 5,
+      logit_bias: { 2: -100 }, // no end of text: the limit ends it
+    });
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 5);
+  });
+
+  test('stop strings: the text ends before the stop, which is not returned', async () => {
+    const whole = (await greedy()).choices[0].text;
+    const stop = whole.slice(12, 17); // from the middle of the greedy answer
+    const at = whole.indexOf(stop);
+    assert.ok(at > 0, `stop ${JSON.stringify(stop)} in ${JSON.stringify(whole)}`);
+    const r = await greedy({ stop });
+    assert.equal(r.choices[0].text, whole.slice(0, at));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    // several stops: the earliest match wins; streamed the same
+    const stops = ['zzzz', stop, whole.slice(at + 2, at + 8)];
+    const s = await drain(await greedy({ stop: stops, stream: true }));
+    assert.equal(s.error, null);
+    assert.equal(s.text, whole.slice(0, at));
+    assert.equal(s.finish, 'stop');
+  });
+
+  test('a seed with temperature > 0 gives the same text again', async () => {
+    const run = (seed) => client.completions.create({
+      model: MODEL_NAME, prompt: 'The little dog', max_tokens: 48, temperature: 1.0, seed,
+    }).then((r) => r.choices[0].text);
+    const a = await run(1234);
+    assert.equal(await run(1234), a);
+    // and streamed
+    const s = await drain(await client.completions.create({
+      model: MODEL_NAME, prompt: 'The little dog', max_tokens: 48, temperature: 1.0, seed: 1234, stream: true,
+    }));
+    assert.equal(s.text, a);
+    // other seeds sample other texts
+    const others = await Promise.all([1, 2, 3].map(run));
+    assert.ok(others.some((t) => t !== a), 'three other seeds all gave the same text');
+  });
+
+  test('completion logprobs: tokens spell the text; the stream carries the same', async () => {
+    const r = await greedy({ logprobs: 3 });
+    const c = r.choices[0];
+    const lp = c.logprobs;
+    assert.ok(lp, 'logprobs object');
+    const n = lp.tokens.length;
+    assert.equal(n, 40);
+    assert.equal(lp.token_logprobs.length, n);
+    assert.equal(lp.top_logprobs.length, n);
+    assert.equal(lp.text_offset.length, n);
+    assert.equal(lp.tokens.join(''), c.text);
+    let offset = 0;
+    for (let i = 0; i < n; i++) {
+      assert.equal(lp.text_offset[i], offset);
+      offset += [...lp.tokens[i]].length;
+      const v = lp.token_logprobs[i];
+      assert.ok(Number.isFinite(v) && v <= 0);
+      const alts = Object.entries(lp.top_logprobs[i]);
+      assert.ok(alts.length >= 1 && alts.length <= 3);
+      // greedy: the chosen token is the most likely one
+      for (const [, a] of alts) assert.ok(a <= v + 1e-6);
+      assert.ok(Math.abs(lp.top_logprobs[i][lp.tokens[i]] - v) < 1e-6);
+    }
+    const s = await drain(await greedy({ logprobs: 3, stream: true }));
+    const joined = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    for (const ch of s.chunks) {
+      const l = ch.choices[0]?.logprobs;
+      if (!l) continue;
+      for (const k of Object.keys(joined)) joined[k].push(...l[k]);
+      // a chunk's tokens begin in its own text
+      assert.ok(ch.choices[0].text.length > 0);
+    }
+    assert.deepEqual(joined, lp);
+  });
+
+  test('completion logprobs with a stop string: only the returned tokens', async () => {
+    const plain = await greedy({ logprobs: 0 });
+    const toks = plain.choices[0].logprobs.tokens;
+    assert.deepEqual(plain.choices[0].logprobs.top_logprobs[0], {}, 'logprobs 0: no alternatives');
+    // stop at the start of the 6th token: 5 tokens returned
+    const text5 = toks.slice(0, 5).join('');
+    const stop = toks[5] + toks[6];
+    const r = await greedy({ logprobs: 0, stop });
+    assert.equal(r.choices[0].text, text5);
+    assert.deepEqual(r.choices[0].logprobs.tokens, toks.slice(0, 5));
+    const s = await drain(await greedy({ logprobs: 0, stop, stream: true }));
+    assert.deepEqual(s.chunks.flatMap((c) => c.choices[0]?.logprobs?.tokens ?? []), toks.slice(0, 5));
+  });
+
+  test('chat logprobs with top_logprobs, streamed and not', async () => {
+    const req = {
+      model: MODEL_NAME, messages: [{ role: 'user', content: 'Tell me a story' }],
+      max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 2,
+    };
+    const r = await client.chat.completions.create(req);
+    const content = r.choices[0].logprobs.content;
+    assert.ok(content.length > 0);
+    assert.equal(content.map((t) => t.token).join(''), r.choices[0].message.content);
+    for (const t of content) {
+      assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+      assert.ok(t.logprob <= 0);
+      assert.equal(t.top_logprobs.length, 2);
+      assert.equal(t.top_logprobs[0].token, t.token);
+      assert.ok(t.top_logprobs[1].logprob <= t.top_logprobs[0].logprob);
+    }
+    const s = await drain(await client.chat.completions.create({ ...req, stream: true }), true);
+    assert.equal(s.error, null);
+    assert.deepEqual(s.chunks.flatMap((c) => c.choices[0]?.logprobs?.content ?? []), content);
+    // without top_logprobs: each token's own, no alternatives
+    const plain = await client.chat.completions.create({ ...req, top_logprobs: undefined });
+    assert.ok(plain.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 0));
+    // not asked: null
+    const none = await client.chat.completions.create({ ...req, logprobs: undefined, top_logprobs: undefined });
+    assert.equal(none.choices[0].logprobs, null);
+  });
+
+  test('prompt as token ids', async () => {
+    const tok = await (await server.fetch('/tokenize', {
+      method: 'POST', body: JSON.stringify({ content: PROMPT, add_special: true }),
+    })).json();
+    assert.ok(tok.tokens.length > 1);
+    const r = await greedy({ prompt: tok.tokens });
+    assert.equal(r.choices[0].text, (await greedy()).choices[0].text);
+  });
+
+  test('embeddings: base64 (the client default) and float agree', async () => {
+    const r = await client.embeddings.create({ model: MODEL_NAME, input: 'A cat sat on the mat.' });
+    assert.equal(r.object, 'list');
+    const v = r.data[0].embedding;
+    assert.equal(v.length, 64); // n_embd of stories260K
+    const norm = Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+    assert.ok(Math.abs(norm - 1) < 1e-4, `L2-normalised (${norm})`);
+    assert.ok(r.usage.prompt_tokens > 0);
+    const f = await client.embeddings.create({ model: MODEL_NAME, input: 'A cat sat on the mat.', encoding_format: 'float' });
+    assert.equal(f.data[0].embedding.length, 64);
+    for (let i = 0; i < 64; i++) assert.ok(Math.abs(f.data[0].embedding[i] - v[i]) < 1e-6);
+    const other = await client.embeddings.create({ model: MODEL_NAME, input: 'Rain fell all night.', encoding_format: 'float' });
+    assert.notDeepEqual(other.data[0].embedding, f.data[0].embedding);
+  });
+
+  test('metrics: every documented name, and the requests made', async () => {
+    await greedy({ max_tokens: 4 });
+    const text = await server.metrics();
+    for (const name of ['strata_requests_total', 'strata_prompt_tokens_total',
+      'strata_generated_tokens_total', 'strata_time_to_first_token_seconds',
+      'strata_inter_token_latency_seconds', 'strata_queue_depth', 'strata_replica_in_flight',
+      'strata_replica_ready', 'strata_engine_restarts_total']) {
+      assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `# TYPE ${name}`);
+    }
+    assert.match(text, /^strata_time_to_first_token_seconds_bucket\{le="\+Inf"\} [1-9]/m);
+    assert.match(text, /^strata_replica_ready\{replica="0"\} 1$/m);
+    assert.match(text, /^strata_replica_ready\{replica="1"\} 1$/m);
+    const m = text.match(/^strata_requests_total\{endpoint="\/v1\/completions",status="200"\} (\d+)$/m);
+    assert.ok(m && Number(m[1]) >= 1, 'completions counted');
+    assert.ok(Number(text.match(/^strata_generated_tokens_total (\d+)$/m)[1]) >= 4);
+  });
+});
