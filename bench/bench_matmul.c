@@ -6,6 +6,8 @@
  *    bandwidth of this machine measured in the same run (a read loop over a
  *    buffer much larger than the caches, same thread counts);
  *  - prefill: GFLOP/s (2 * rows * cols * tokens per call) for 512 tokens.
+ * Types with a row-interleaved layout (tensor/pack.h) get a second line,
+ * "Q4_0x8" etc., for the matrix repacked as the model loader does.
  * Every figure is the median of several calls. Matrix x vector calls
  * rotate over enough copies of the weights to exceed the last-level cache,
  * so they read from memory as a model's decode step does.
@@ -20,6 +22,7 @@
 #include "gguf/types.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
+#include "tensor/pack.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
@@ -261,22 +264,42 @@ int main(int argc, char **argv)
     if (!x || !y) return 1;
     for (int64_t i = 0; i < n_tok * n_cols; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
 
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        uint32_t type = k_types[ti];
+    for (size_t vi = 0; vi < 2 * N_TYPES; vi++) {
+        /* each type in the file's layout, then (where it has one) in the
+         * row-interleaved x8 layout the model loader repacks it to */
+        uint32_t type = k_types[vi / 2];
+        const bool packed = vi % 2 == 1;
         if (!want[type]) continue;
+        if (packed && !tensor_pack_available(type, n_rows, n_cols)) continue;
         size_t rb = strata_type_row_bytes(type, n_cols);
         if (rb == 0) continue;
-        size_t w_bytes = rb * (size_t)n_rows;
+        size_t w_bytes = packed ? tensor_pack_bytes(type, n_rows, n_cols) : rb * (size_t)n_rows;
         int n_copies = (int)((LLC_DEFEAT_BYTES + w_bytes - 1) / w_bytes);
         if (n_copies < 2) n_copies = 2;
         char *w = aligned_alloc(64, (w_bytes * (size_t)n_copies + 63) / 64 * 64);
         if (!w) return 1;
-        fill_weights(type, w, n_rows, n_cols);
+        if (packed) {
+            char *plain = aligned_alloc(64, (rb * (size_t)n_rows + 63) / 64 * 64);
+            if (!plain) return 1;
+            fill_weights(type, plain, n_rows, n_cols);
+            int prc = tensor_pack(type, plain, n_rows, n_cols, w);
+            free(plain);
+            if (prc != 0) {
+                free(w);
+                continue;
+            }
+            type |= TENSOR_PACKED;
+        } else {
+            fill_weights(type, w, n_rows, n_cols);
+        }
         for (int c = 1; c < n_copies; c++) memcpy(w + (size_t)c * w_bytes, w, w_bytes);
         size_t sb = tensor_matmul_scratch_bytes(type, n_cols, n_tok);
         void *scratch = sb ? malloc(sb) : NULL;
 
-        printf("%-7s %-9.1f", strata_type_name(type), (double)w_bytes / 1e6);
+        char label[32];
+        snprintf(label, sizeof label, "%s%s", strata_type_name(type & ~TENSOR_PACKED),
+                 packed ? "x8" : "");
+        printf("%-7s %-9.1f", label, (double)w_bytes / 1e6);
         fflush(stdout);
         for (int p = 0; p < n_threads_list; p++) {
             double t[64];

@@ -18,6 +18,7 @@
 #include "base/err.h"
 #include "gguf/types.h"
 #include "tensor/matmul_kernels.h"
+#include "tensor/pack_internal.h"
 #include "tensor/quant.h"
 
 #include <pthread.h>
@@ -90,13 +91,20 @@ static void resolve_kernels(void)
         g_resolved[t] = tensor_mm_kernels_at(t, g_level);
 }
 
+static bool is_packed(uint32_t type)
+{
+    return (type & TENSOR_PACKED) != 0 && tensor_x8_block_elems(type & ~TENSOR_PACKED) != 0;
+}
+
 bool tensor_matmul_supported(uint32_t type)
 {
+    if (is_packed(type)) return true;
     return type < STRATA_TYPE_COUNT && g_traits[type].supported;
 }
 
 int tensor_matmul_vec_dot_type(uint32_t type)
 {
+    if (is_packed(type)) type &= ~TENSOR_PACKED;
     return tensor_matmul_supported(type) ? (int)g_traits[type].vec_dot_type : -1;
 }
 
@@ -107,6 +115,11 @@ static bool is_float_type(uint32_t type)
 
 size_t tensor_matmul_scratch_bytes(uint32_t type, int64_t n_cols, int64_t n_tok)
 {
+    if (is_packed(type)) {
+        size_t row_bytes = tensor_x8_act_row_bytes(type & ~TENSOR_PACKED, n_cols);
+        if (row_bytes == 0 || n_tok <= 0 || (uint64_t)n_tok > SIZE_MAX / row_bytes) return 0;
+        return row_bytes * (size_t)n_tok;
+    }
     if (!tensor_matmul_supported(type) || is_float_type(type) || n_cols <= 0 || n_tok <= 0)
         return 0;
     size_t row_bytes = strata_type_row_bytes(g_traits[type].vec_dot_type, n_cols);
@@ -241,10 +254,85 @@ static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, 
     return 0;
 }
 
+/* --- packed (x8) matrices: groups of 8 rows, one kernel call per group
+ * and up to TENSOR_X8_MAX_T tokens --- */
+
+typedef struct x8_ctx {
+    tensor_x8_fn k;
+    uint32_t type;           /* the plain type */
+    const char *w;
+    size_t group_bytes;
+    int64_t n_groups, n_cols, n_tok;
+    const float *x;
+    char *xq;
+    size_t xq_row_bytes;
+    float *y;
+    int64_t tok_chunk;
+} x8_ctx;
+
+static void x8_quantize(void *arg, int i_thread, int n_threads)
+{
+    const x8_ctx *c = arg;
+    int64_t t0, t1;
+    strata_split_range(c->n_tok, i_thread, n_threads, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        tensor_x8_quantize_act(c->type, c->x + t * c->n_cols, c->xq + (size_t)t * c->xq_row_bytes,
+                               c->n_cols);
+}
+
+static void x8_products(void *arg, int i_thread, int n_threads)
+{
+    const x8_ctx *c = arg;
+    int64_t g0, g1;
+    strata_split_range(c->n_groups, i_thread, n_threads, &g0, &g1);
+    const int64_t n_rows = c->n_groups * TENSOR_X8_ROWS;
+    for (int64_t tc0 = 0; tc0 < c->n_tok; tc0 += c->tok_chunk) {
+        int64_t tc1 = tc0 + c->tok_chunk < c->n_tok ? tc0 + c->tok_chunk : c->n_tok;
+        for (int64_t g = g0; g < g1; g++) {
+            const char *wg = c->w + (size_t)g * c->group_bytes;
+            for (int64_t t = tc0; t < tc1; t += TENSOR_X8_MAX_T) {
+                int nt = tc1 - t < TENSOR_X8_MAX_T ? (int)(tc1 - t) : TENSOR_X8_MAX_T;
+                c->k(c->n_cols, wg, c->xq + (size_t)t * c->xq_row_bytes, c->xq_row_bytes,
+                     c->y + t * n_rows + g * TENSOR_X8_ROWS, (size_t)n_rows, nt);
+            }
+        }
+    }
+}
+
+static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptype,
+                  const void *w, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
+                  float *y, void *scratch)
+{
+    const uint32_t type = ptype & ~TENSOR_PACKED;
+    if (n_rows < 0 || n_cols <= 0 || n_tok < 0) return STRATA_EINVAL;
+    if (n_rows == 0 || n_tok == 0) return 0;
+    size_t bytes = tensor_pack_bytes(type, n_rows, n_cols);
+    if (bytes == 0) return STRATA_EINVAL;
+    if (w == NULL || x == NULL || y == NULL || scratch == NULL) return STRATA_EINVAL;
+    tensor_x8_fn k = NULL;
+    for (int l = (int)level; l >= STRATA_SIMD_SCALAR && k == NULL; l--)
+        k = tensor_x8_kernel_at(type, (enum strata_simd_level)l);
+    if (k == NULL) return STRATA_EUNSUPPORTED;
+    x8_ctx c = {
+        .k = k, .type = type, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
+        .n_tok = n_tok, .x = x, .xq = scratch, .y = y,
+        .xq_row_bytes = tensor_x8_act_row_bytes(type, n_cols),
+    };
+    c.group_bytes = bytes / (size_t)c.n_groups;
+    int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);
+    chunk -= chunk % TENSOR_X8_MAX_T;
+    c.tok_chunk = chunk > TENSOR_X8_MAX_T ? chunk : TENSOR_X8_MAX_T;
+    strata_pool_run(pool, x8_quantize, &c);
+    strata_pool_run(pool, x8_products, &c);
+    return 0;
+}
+
 int tensor_matmul(strata_pool *pool, uint32_t type, const void *w, int64_t n_rows,
                   int64_t n_cols, const float *x, int64_t n_tok, float *y, void *scratch)
 {
     pthread_once(&g_resolve_once, resolve_kernels);
+    if (is_packed(type))
+        return x8_run(pool, g_level, type, w, n_rows, n_cols, x, n_tok, y, scratch);
     const tensor_mm_kernels *k = type < STRATA_TYPE_COUNT ? g_resolved[type] : NULL;
     return mm_run(pool, k, type, w, n_rows, n_cols, x, n_tok, y, scratch);
 }
@@ -255,6 +343,8 @@ int tensor_matmul_at_level(struct strata_pool *pool, enum strata_simd_level leve
 {
     /* never run instructions this CPU lacks, whatever the caller asks */
     if ((int)level > (int)strata_cpu_level_max(strata_cpu_get())) return STRATA_EUNSUPPORTED;
+    if (is_packed(type))
+        return x8_run(pool, level, type, w, n_rows, n_cols, x, n_tok, y, scratch);
     return mm_run(pool, tensor_mm_kernels_at(type, level), type, w, n_rows, n_cols, x, n_tok, y,
                   scratch);
 }

@@ -1,0 +1,110 @@
+/* tensor_pack and the table of x8 layouts (pack.h, pack_internal.h). */
+#include "tensor/pack.h"
+
+#include "base/err.h"
+#include "gguf/types.h"
+#include "tensor/pack_internal.h"
+#include "tensor/quant.h"
+
+#include <stdint.h>
+
+typedef struct x8_type {
+    size_t block_bytes;            /* one interleaved block of 8 rows */
+    int block_elems;               /* elements per source block */
+    tensor_x8_pack_fn pack;
+    tensor_x8_fn k[3];             /* per enum strata_simd_level; NULL: none */
+} x8_type;
+
+#if defined(__x86_64__)
+#define X86(p) (p)
+#else
+#define X86(p) NULL
+#endif
+
+static const x8_type *x8_lookup(uint32_t type)
+{
+    static const x8_type q4_0 = {
+        sizeof(block_q4_0x8), TENSOR_QK, tensor_x8_pack_q4_0,
+        {tensor_x8_q4_0_scalar, X86(tensor_x8_q4_0_avx2), NULL}};
+    static const x8_type q8_0 = {
+        sizeof(block_q8_0x8), TENSOR_QK, tensor_x8_pack_q8_0,
+        {tensor_x8_q8_0_scalar, X86(tensor_x8_q8_0_avx2), NULL}};
+    static const x8_type q4_k = {
+        sizeof(block_q4_kx8), TENSOR_QK_K, tensor_x8_pack_q4_k,
+        {tensor_x8_q4_k_scalar, X86(tensor_x8_q4_k_avx2), NULL}};
+    switch (type) {
+    case STRATA_TYPE_Q4_0: return &q4_0;
+    case STRATA_TYPE_Q8_0: return &q8_0;
+    case STRATA_TYPE_Q4_K: return &q4_k;
+    default: return NULL;
+    }
+}
+
+tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level)
+{
+    const x8_type *t = x8_lookup(type);
+    if (t == NULL || (int)level < STRATA_SIMD_SCALAR || level > STRATA_SIMD_AVX512) return NULL;
+    return t->k[level];
+}
+
+size_t tensor_x8_block_bytes(uint32_t type)
+{
+    const x8_type *t = x8_lookup(type);
+    return t != NULL ? t->block_bytes : 0;
+}
+
+int tensor_x8_block_elems(uint32_t type)
+{
+    const x8_type *t = x8_lookup(type);
+    return t != NULL ? t->block_elems : 0;
+}
+
+bool tensor_pack_available(uint32_t type, int64_t n_rows, int64_t n_cols)
+{
+    const x8_type *t = x8_lookup(type);
+    return t != NULL && n_rows > 0 && n_rows % TENSOR_X8_ROWS == 0 && n_cols > 0 &&
+           n_cols % t->block_elems == 0;
+}
+
+size_t tensor_pack_bytes(uint32_t type, int64_t n_rows, int64_t n_cols)
+{
+    if (!tensor_pack_available(type, n_rows, n_cols)) return 0;
+    const x8_type *t = x8_lookup(type);
+    uint64_t groups = (uint64_t)n_rows / TENSOR_X8_ROWS;
+    uint64_t blocks = (uint64_t)n_cols / (uint64_t)t->block_elems;
+    if (blocks > SIZE_MAX / t->block_bytes || groups > SIZE_MAX / (blocks * t->block_bytes))
+        return 0;
+    return (size_t)(groups * blocks * t->block_bytes);
+}
+
+int tensor_pack(uint32_t type, const void *src, int64_t n_rows, int64_t n_cols, void *dst)
+{
+    size_t bytes = tensor_pack_bytes(type, n_rows, n_cols);
+    if (bytes == 0 || src == NULL || dst == NULL) return STRATA_EINVAL;
+    const x8_type *t = x8_lookup(type);
+    size_t row_bytes = strata_type_row_bytes(type, n_cols);
+    size_t group_bytes = bytes / (size_t)(n_rows / TENSOR_X8_ROWS);
+    for (int64_t g = 0; g < n_rows / TENSOR_X8_ROWS; g++) {
+        const char *s = (const char *)src + (size_t)g * TENSOR_X8_ROWS * row_bytes;
+        if (!t->pack(s, row_bytes, n_cols, (char *)dst + (size_t)g * group_bytes))
+            return STRATA_ERANGE;
+    }
+    return 0;
+}
+
+size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
+{
+    if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
+        return 0;
+    if (type == STRATA_TYPE_Q4_0) return tensor_x8_q4_0_act_row_bytes(n);
+    return strata_type_row_bytes(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0,
+                                 n);
+}
+
+void tensor_x8_quantize_act(uint32_t type, const float *x, void *dst, int64_t n)
+{
+    if (type == STRATA_TYPE_Q4_0)
+        tensor_x8_q4_0_quantize_act(x, dst, n);
+    else
+        tensor_get_quant(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0)(x, dst, n);
+}

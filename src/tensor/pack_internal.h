@@ -1,0 +1,137 @@
+/* The x8 layouts and their kernels: internal to src/tensor/ (pack.c, the
+ * pack_*.c files, matmul.c) and the tests. pack.h says what they are for.
+ *
+ * A packed matrix is n_rows / 8 groups, one after the other. A group is
+ * n_cols / block_elems interleaved blocks (the structs below), one per
+ * block index of the source rows, in order. Inside an interleaved block,
+ * "row r" is row r of the group (0..7) and element indices count within
+ * the source block. Codes keep the source's values (nothing is requantized):
+ * packing is a permutation of the bytes plus, for Q4_K, unpacking the 6-bit
+ * scales into bytes.
+ *
+ * Interleaving by 4: a 32-byte vector of codes covers 4 consecutive
+ * elements of each of the 8 rows, bytes 4r..4r+3 being row r's. Multiplied
+ * with the 4 matching activation bytes broadcast to all 8 int32 lanes
+ * (maddubs, then madd), it gives int32 lane r = row r's partial dot product.
+ *
+ * THE FLOAT STEPS, per (row r, token t) pair, in block order, starting from
+ * acc = 0.0f, with isum the exact int32 dot product of the block's codes
+ * (as signed values: Q4_0's q - 8) with the activation codes:
+ *   Q4_0, Q8_0:  acc = fmaf((float)isum, d_r * dx, acc)
+ *   Q4_K:        acc = fmaf((float)isum, d_r * dx, acc);
+ *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
+ *                where isum = sum_s sc_s * (codes . x over sub-block s) and
+ *                imin = sum_s mn_s * (x summed over sub-block s)
+ * where d_r, dmin_r are the f16 scales widened to float and dx the
+ * activation block's scale (f16 for Q8_0, float for Q8_K); the products
+ * d_r * dx are rounded float multiplies. y = acc. Every kernel (scalar or
+ * SIMD, any nt) performs exactly these steps per pair, so all give the same
+ * bits. */
+#ifndef STRATA_TENSOR_PACK_INTERNAL_H
+#define STRATA_TENSOR_PACK_INTERNAL_H
+
+#include "base/cpu.h"
+#include "tensor/blocks.h"
+#include "tensor/pack.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Q4_0 x8: block b of rows 0..7.
+ *   d[r]: row r's f16 scale.
+ *   qs[32 m + 4 r + e], m = 0..3, e = 0..3: low nibble = the code (0..15,
+ *   value (q - 8) * d) of row r's element 8m + e, high nibble = that of
+ *   element 8m + 4 + e. */
+typedef struct block_q4_0x8 {
+    uint16_t d[8];
+    uint8_t qs[128];
+} block_q4_0x8;
+
+/* Q8_0 x8: qs[32 j + 4 r + e], j = 0..7, e = 0..3: row r's element 4j + e.
+ * Codes are in [-127, 127] (tensor_pack refuses -128). */
+typedef struct block_q8_0x8 {
+    uint16_t d[8];
+    int8_t qs[256];
+} block_q8_0x8;
+
+/* Q4_K x8: super-block b of rows 0..7 (8 sub-blocks s of 32 elements).
+ *   d[r], dmin[r]: row r's f16 scales.
+ *   sc[8 s + r]: row r's 6-bit scale of sub-block s (0..63).
+ *   mn[16 p + 2 r + k], p = 0..3, k = 0..1: row r's 6-bit min of sub-block
+ *   2p + k (pairs, so that a madd with two sub-blocks' activation sums
+ *   gives int32 lane r).
+ *   qs[128 s + 32 m + 4 r + e], m = 0..3, e = 0..3: low nibble = row r's
+ *   code (0..15) of element 32 s + 8 m + e, high nibble = of element
+ *   32 s + 8 m + 4 + e.
+ * w = d * sc_s * q - dmin * mn_s, as in Q4_K. */
+typedef struct block_q4_kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t sc[64];
+    uint8_t mn[64];
+    uint8_t qs[1024];
+} block_q4_kx8;
+
+_Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
+_Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
+_Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
+
+/* Most tokens one kernel call takes. */
+#define TENSOR_X8_MAX_T 4
+
+/* One group (8 rows) x nt tokens, 1 <= nt <= TENSOR_X8_MAX_T:
+ *   y[t * ys + r] = dot(row r of the group, token t)   (r < 8, t < nt)
+ * n: elements per row; w: the group's first interleaved block; x: token 0's
+ * activation row (the type's vec_dot_type), tokens xs bytes apart. */
+typedef void (*tensor_x8_fn)(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
+
+/* Packs 8 source rows (GGUF layout, src_row_bytes apart, n elements each)
+ * into one group at dst. False when a value does not fit the layout. */
+typedef bool (*tensor_x8_pack_fn)(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+
+/* Per type: the packer and the kernels. Defined in pack_<type>.c. */
+bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+
+void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+
+#if defined(__x86_64__)
+/* Compiled for avx2+fma+f16c; call only where strata_cpu_level() allows. */
+void tensor_x8_q4_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+#endif
+
+/* The x8 kernel for a plain type at exactly `level` (no fallback), or NULL.
+ * For tests and benchmarks; tensor_matmul uses the process's level. */
+tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level);
+
+/* The activation rows a packed matmul reads (x above): the rows of the
+ * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K), except that
+ * Q4_0's row is followed, from the next 4-byte boundary, by one int32 per
+ * block: -8 times the sum of the block's activation codes (the kernels
+ * take the -8 of each weight code off with it). Bytes per row of n
+ * elements (0 for a type without an x8 layout), and the function that
+ * fills one from n floats. */
+size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
+void tensor_x8_quantize_act(uint32_t type, const float *x, void *dst, int64_t n);
+size_t tensor_x8_q4_0_act_row_bytes(int64_t n);
+void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
+
+/* Bytes of one interleaved block of 8 rows, and elements per source block;
+ * 0 for a type without an x8 layout. */
+size_t tensor_x8_block_bytes(uint32_t type);
+int tensor_x8_block_elems(uint32_t type);
+
+#endif

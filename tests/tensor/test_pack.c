@@ -1,0 +1,413 @@
+/* The x8 (row-interleaved) layouts of pack.h.
+ *
+ *  (a) Every x8 kernel of every level this CPU runs, for every nt, against
+ *      a reference computed here from the GGUF blocks by the float steps
+ *      pack_internal.h defines: bit-exact. Random blocks and adversarial
+ *      ones (all code bits set, all zero, the extreme codes, the largest
+ *      scales, activation codes of -128 where the type allows them).
+ *  (b) tensor_matmul of the packed matrix against the unpacked one (close:
+ *      only the float rounding order differs) and bit-identical with 1 and
+ *      2 threads and inside batches of 1, 3, 5 and 9 tokens.
+ *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
+ *      Q8_0 code of -128 refused with STRATA_ERANGE. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/rng.h"
+#include "base/threadpool.h"
+#include "gguf/types.h"
+#include "tensor/blocks.h"
+#include "tensor/fp16.h"
+#include "tensor/matmul.h"
+#include "tensor/pack.h"
+#include "tensor/pack_internal.h"
+#include "tensor/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+static uint32_t act_type(uint32_t type)
+{
+    return type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
+}
+
+/* ---------------------------------------------------- the reference */
+
+/* 6-bit scale and min of sub-block s of a Q4_K block (blocks.h). */
+static void q4k_scale_min(const uint8_t *sc, int s, int *scale, int *min)
+{
+    if (s < 4) {
+        *scale = sc[s] & 63;
+        *min = sc[s + 4] & 63;
+    } else {
+        *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+}
+
+/* dot(row, activation row) by the float steps of pack_internal.h, from the
+ * GGUF blocks. */
+static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n)
+{
+    float acc = 0.0f;
+    if (type == STRATA_TYPE_Q4_K) {
+        const block_q4_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0, imin = 0;
+            for (int s = 0; s < 8; s++) {
+                int sc, mn;
+                q4k_scale_min(w[ib].scales, s, &sc, &mn);
+                int32_t dot = 0, xs = 0;
+                for (int i = 32 * s; i < 32 * s + 32; i++) {
+                    int c = i / 64, l = i % 64;
+                    int q = l < 32 ? w[ib].qs[32 * c + l] & 15 : w[ib].qs[32 * c + l - 32] >> 4;
+                    dot += q * x[ib].qs[i];
+                    xs += x[ib].qs[i];
+                }
+                isum += sc * dot;
+                imin += mn * xs;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+            acc = fmaf(-(float)imin, tensor_f16_to_f32(w[ib].dmin) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    const block_q8_0 *x = xrow;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        int32_t isum = 0;
+        uint16_t d;
+        if (type == STRATA_TYPE_Q4_0) {
+            const block_q4_0 *w = (const block_q4_0 *)row + ib;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
+                isum += (q - 8) * x[ib].qs[i];
+            }
+            d = w->d;
+        } else {
+            const block_q8_0 *w = (const block_q8_0 *)row + ib;
+            for (int i = 0; i < 32; i++) isum += w->qs[i] * x[ib].qs[i];
+            d = w->d;
+        }
+        acc = fmaf((float)isum, tensor_f16_to_f32(d) * tensor_f16_to_f32(x[ib].d), acc);
+    }
+    return acc;
+}
+
+/* ---------------------------------------------------- data */
+
+enum fill { FILL_RANDOM, FILL_ONES, FILL_ZERO, FILL_EXTREME };
+
+/* Rows of raw GGUF blocks: random bytes with sane f16 scales, or every
+ * code bit set / clear, or the codes at their extremes. */
+static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum fill f,
+                         strata_rng *rng)
+{
+    size_t bytes = strata_type_row_bytes(type, n) * (size_t)n_rows;
+    uint8_t *p = w;
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = f == FILL_ONES ? 0xff : f == FILL_ZERO ? 0 : (uint8_t)strata_rng_next(rng);
+    int64_t nb = (int64_t)(bytes / strata_type_row_bytes(type, tensor_x8_block_elems(type)));
+    for (int64_t b = 0; b < nb; b++) {
+        float dv = f == FILL_EXTREME ? 65504.0f : (float)(0.001 + strata_rng_uniform(rng) * 0.01);
+        if (type == STRATA_TYPE_Q4_K) {
+            block_q4_k *k = (block_q4_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
+        } else if (type == STRATA_TYPE_Q8_0) {
+            block_q8_0 *q = (block_q8_0 *)w + b;
+            q->d = tensor_f32_to_f16(dv);
+            for (int i = 0; i < 32; i++) {
+                if (f == FILL_ONES || f == FILL_EXTREME) q->qs[i] = (i & 1) ? 127 : -127;
+                if (q->qs[i] == -128) q->qs[i] = -127; /* tensor_pack refuses -128 */
+            }
+        } else {
+            block_q4_0 *q = (block_q4_0 *)w + b;
+            q->d = tensor_f32_to_f16(dv);
+        }
+    }
+}
+
+/* n_tok activation rows in the packed kernels' layout for `type`, from raw
+ * codes: random, or all at the extreme (-128 for Q8_K, whose quantizer can
+ * write it; -127 / 127 for Q8_0). */
+static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, strata_rng *rng,
+                      size_t *row_bytes)
+{
+    size_t rb = tensor_x8_act_row_bytes(type, n);
+    char *a = calloc((size_t)n_tok, rb);
+    assert_non_null(a);
+    for (int64_t t = 0; t < n_tok; t++) {
+        char *row = a + (size_t)t * rb;
+        if (type == STRATA_TYPE_Q4_K) {
+            block_q8_k *x = (block_q8_k *)row;
+            for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+                x[ib].d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
+                for (int i = 0; i < TENSOR_QK_K; i++)
+                    x[ib].qs[i] = extreme ? -128 : (int8_t)strata_rng_next(rng);
+                for (int j = 0; j < 16; j++) {
+                    int s = 0;
+                    for (int i = 0; i < 16; i++) s += x[ib].qs[16 * j + i];
+                    x[ib].bsums[j] = (int16_t)s;
+                }
+            }
+        } else {
+            block_q8_0 *x = (block_q8_0 *)row;
+            for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+                x[ib].d = tensor_f32_to_f16(extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02));
+                for (int i = 0; i < TENSOR_QK; i++) {
+                    int v = extreme ? ((i % 3) ? 127 : -127) : (int)(strata_rng_next(rng) % 255) - 127;
+                    x[ib].qs[i] = (int8_t)v;
+                }
+            }
+            if (type == STRATA_TYPE_Q4_0) {
+                /* the int32 sums after the blocks (pack_internal.h) */
+                size_t off = ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
+                for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+                    int32_t s = 0;
+                    for (int i = 0; i < TENSOR_QK; i++) s += x[ib].qs[i];
+                    s *= -8;
+                    memcpy(row + off + 4 * (size_t)ib, &s, 4);
+                }
+            }
+        }
+    }
+    *row_bytes = rb;
+    return a;
+}
+
+static void *pack_new(uint32_t type, const void *w, int64_t n_rows, int64_t n)
+{
+    size_t bytes = tensor_pack_bytes(type, n_rows, n);
+    assert_true(bytes > 0);
+    void *p = aligned_alloc(32, (bytes + 31) / 32 * 32);
+    assert_non_null(p);
+    assert_int_equal(tensor_pack(type, w, n_rows, n, p), 0);
+    return p;
+}
+
+static bool same_bits(float a, float b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ---------------------------------------------------- (a) kernels */
+
+static int n_levels(void)
+{
+    return (int)strata_cpu_level_max(strata_cpu_get()) + 1;
+}
+
+static void check_kernels(uint32_t type, int64_t n, enum fill wf, bool x_extreme, uint64_t seed)
+{
+    strata_rng rng;
+    strata_rng_seed(&rng, seed);
+    const int64_t n_rows = 16, n_tok = TENSOR_X8_MAX_T + 1;
+    size_t row_bytes = strata_type_row_bytes(type, n);
+    void *w = malloc(row_bytes * (size_t)n_rows);
+    assert_non_null(w);
+    fill_weights(type, w, n_rows, n, wf, &rng);
+    void *p = pack_new(type, w, n_rows, n);
+    size_t xs;
+    char *x = make_act(type, n_tok, n, x_extreme, &rng, &xs);
+    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
+
+    int checked = 0;
+    for (int l = 0; l < n_levels(); l++) {
+        tensor_x8_fn k = tensor_x8_kernel_at(type, (enum strata_simd_level)l);
+        if (k == NULL) continue;
+        for (int nt = 1; nt <= TENSOR_X8_MAX_T; nt++)
+            for (int64_t g = 0; g < n_rows / 8; g++)
+                for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+                    float y[TENSOR_X8_MAX_T * 8];
+                    k(n, (const char *)p + (size_t)g * group_bytes, x + (size_t)t0 * xs, xs, y, 8,
+                      nt);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = 0; r < 8; r++) {
+                            const char *row = (const char *)w + (size_t)(8 * g + r) * row_bytes;
+                            float want = ref_dot(type, row, x + (size_t)(t0 + t) * xs, n);
+                            if (!same_bits(y[t * 8 + r], want))
+                                fail_msg("%s level %s fill %d nt %d group %lld token %lld row %d: "
+                                         "%.9g, reference %.9g",
+                                         strata_type_name(type),
+                                         strata_simd_level_name((enum strata_simd_level)l), (int)wf,
+                                         nt, (long long)g, (long long)(t0 + t), r,
+                                         (double)y[t * 8 + r], (double)want);
+                        }
+                    checked++;
+                }
+    }
+    assert_true(checked > 0);
+    free(x);
+    free(p);
+    free(w);
+}
+
+static void test_kernels_vs_reference(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_TYPES; i++) {
+        uint32_t type = k_types[i];
+        int be = tensor_x8_block_elems(type);
+        for (int nb = 1; nb <= 3; nb += 2) {
+            check_kernels(type, be * nb, FILL_RANDOM, false, 11 + i);
+            check_kernels(type, be * nb, FILL_ONES, true, 12 + i);
+            check_kernels(type, be * nb, FILL_ZERO, true, 13 + i);
+            check_kernels(type, be * nb, FILL_EXTREME, true, 14 + i);
+            check_kernels(type, be * nb, FILL_RANDOM, true, 15 + i);
+        }
+    }
+    if (n_levels() <= STRATA_SIMD_AVX2)
+        printf("# x8 kernels above %s skipped: this CPU cannot run them\n",
+               strata_simd_level_name((enum strata_simd_level)(n_levels() - 1)));
+}
+
+/* ---------------------------------------------------- (b) matmul */
+
+/* Quantized weights of real-looking (normal) values. */
+static void *random_matrix(uint32_t type, int64_t n_rows, int64_t n, strata_rng *rng)
+{
+    size_t rb = strata_type_row_bytes(type, n);
+    char *w = malloc(rb * (size_t)n_rows);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(w);
+    assert_non_null(f);
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t i = 0; i < n; i++) f[i] = (float)strata_rng_normal(rng);
+        assert_int_equal(tensor_quantize_row(type, f, w + (size_t)r * rb, n), 0);
+    }
+    free(f);
+    return w;
+}
+
+static void test_matmul_packed(void **state)
+{
+    (void)state;
+    strata_pool *pool2 = strata_pool_new(2);
+    assert_non_null(pool2);
+    for (size_t i = 0; i < N_TYPES; i++) {
+        uint32_t type = k_types[i];
+        strata_rng rng;
+        strata_rng_seed(&rng, 100 + i);
+        const int64_t n_rows = 40, n = 2 * tensor_x8_block_elems(type) * 2, n_tok = 9;
+        void *w = random_matrix(type, n_rows, n, &rng);
+        void *p = pack_new(type, w, n_rows, n);
+        float *x = malloc(sizeof(float) * (size_t)(n * n_tok));
+        assert_non_null(x);
+        for (int64_t j = 0; j < n * n_tok; j++) x[j] = (float)strata_rng_normal(&rng);
+        const uint32_t pt = type | TENSOR_PACKED;
+        assert_true(tensor_matmul_supported(pt));
+        assert_int_equal(tensor_matmul_vec_dot_type(pt), (int)act_type(type));
+        size_t scratch_bytes = tensor_matmul_scratch_bytes(pt, n, n_tok);
+        assert_true(scratch_bytes >= tensor_matmul_scratch_bytes(type, n, n_tok));
+        void *scratch = malloc(scratch_bytes);
+        float *y_all = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
+        float *y_un = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
+        float *y = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
+        assert_non_null(scratch);
+        assert_non_null(y_all);
+        assert_non_null(y_un);
+        assert_non_null(y);
+        assert_int_equal(tensor_matmul(NULL, pt, p, n_rows, n, x, n_tok, y_all, scratch), 0);
+
+        /* close to the GGUF layout's product */
+        void *scratch_un = malloc(tensor_matmul_scratch_bytes(type, n, n_tok));
+        assert_non_null(scratch_un);
+        assert_int_equal(tensor_matmul(NULL, type, w, n_rows, n, x, n_tok, y_un, scratch_un), 0);
+        double max_ref = 0, max_diff = 0;
+        for (int64_t j = 0; j < n_rows * n_tok; j++) {
+            max_ref = fmax(max_ref, fabs((double)y_un[j]));
+            max_diff = fmax(max_diff, fabs((double)y_all[j] - (double)y_un[j]));
+        }
+        assert_true(max_ref > 0);
+        if (max_diff > 1e-5 * max_ref)
+            fail_msg("%s: packed differs from GGUF layout by %.3g (largest %.3g)",
+                     strata_type_name(type), max_diff, max_ref);
+
+        /* 2 threads, and every token alone or in smaller batches */
+        assert_int_equal(tensor_matmul(pool2, pt, p, n_rows, n, x, n_tok, y, scratch), 0);
+        assert_memory_equal(y, y_all, sizeof(float) * (size_t)(n_rows * n_tok));
+        const int64_t sizes[] = {1, 3, 5};
+        for (size_t si = 0; si < 3; si++)
+            for (int64_t t0 = 0; t0 + sizes[si] <= n_tok; t0 += sizes[si]) {
+                strata_pool *pl = (t0 & 1) ? pool2 : NULL;
+                assert_int_equal(tensor_matmul(pl, pt, p, n_rows, n, x + t0 * n, sizes[si], y,
+                                               scratch),
+                                 0);
+                assert_memory_equal(y, y_all + t0 * n_rows,
+                                    sizeof(float) * (size_t)(n_rows * sizes[si]));
+            }
+        free(scratch_un);
+        free(y);
+        free(y_un);
+        free(y_all);
+        free(scratch);
+        free(x);
+        free(p);
+        free(w);
+    }
+    strata_pool_free(pool2);
+}
+
+/* ---------------------------------------------------- (c) API */
+
+static void test_api(void **state)
+{
+    (void)state;
+    assert_true(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 32));
+    assert_true(tensor_pack_available(STRATA_TYPE_Q4_K, 16, 512));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 12, 32));  /* rows not 8k */
+    assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 0, 32));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 48));   /* not whole blocks */
+    assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));  /* no x8 layout */
+    assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 8, 256), 0);
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q6_K | TENSOR_PACKED));
+
+    char buf[8 * sizeof(block_q8_0)] = {0};
+    char out[sizeof buf];
+    assert_int_equal(tensor_pack(STRATA_TYPE_Q8_0, NULL, 8, 32, out), STRATA_EINVAL);
+    assert_int_equal(tensor_pack(STRATA_TYPE_Q8_0, buf, 8, 32, NULL), STRATA_EINVAL);
+    assert_int_equal(tensor_pack(STRATA_TYPE_Q8_0, buf, 7, 32, out), STRATA_EINVAL);
+    assert_int_equal(tensor_pack(STRATA_TYPE_Q8_0, buf, 8, 32, out), 0);
+    ((block_q8_0 *)buf)[5].qs[17] = -128;
+    assert_int_equal(tensor_pack(STRATA_TYPE_Q8_0, buf, 8, 32, out), STRATA_ERANGE);
+
+    /* a packed matmul refuses shapes that do not pack */
+    float x[64] = {0}, y[16];
+    char scratch[256];
+    assert_int_equal(tensor_matmul(NULL, STRATA_TYPE_Q4_0 | TENSOR_PACKED, out, 12, 32, x, 1, y,
+                                   scratch),
+                     STRATA_EINVAL);
+    assert_int_equal(tensor_matmul(NULL, STRATA_TYPE_Q4_0 | TENSOR_PACKED, out, 8, 32, x, 0, y,
+                                   scratch),
+                     0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api),
+        cmocka_unit_test(test_kernels_vs_reference),
+        cmocka_unit_test(test_matmul_packed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
