@@ -2,14 +2,20 @@
  * against the hyper-parameters (see model.h). */
 #include "model.h"
 
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/threadpool.h"
 #include "gguf/types.h"
 #include "tensor/matmul.h"
+#include "tensor/pack.h"
 #include "tensor/quant.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* "[256, 512]" for a tensor's ne[] (ne[0] first, as GGUF and llama.cpp print). */
 static void fmt_shape(char *buf, size_t n, const gguf_tensor *t)
@@ -185,6 +191,115 @@ static int bind_all(model *m, strata_err *err)
     return 0;
 }
 
+/* The matrices a forward pass multiplies (not tok_embd, whose rows are
+ * looked up; output is its own struct even when tied). */
+static size_t matrices(model *m, model_matrix **out, size_t cap)
+{
+    size_t n = 0;
+#define ADD(mm) do { if (n < cap) out[n] = (mm); n++; } while (0)
+    ADD(&m->output);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        model_layer *l = &m->layers[il];
+        ADD(&l->wq);
+        ADD(&l->wk);
+        ADD(&l->wv);
+        ADD(&l->wo);
+        ADD(&l->ffn_gate);
+        ADD(&l->ffn_up);
+        ADD(&l->ffn_down);
+    }
+#undef ADD
+    return n;
+}
+
+/* One matrix packed by the pool's threads, each a range of 8-row groups
+ * (tensor_pack works group by group, so a range is a smaller matrix). */
+typedef struct pack_job {
+    const model_matrix *mm;
+    char *dst;
+    size_t group_bytes;
+    int failed;        /* any thread's tensor_pack error */
+    pthread_mutex_t lock;
+} pack_job;
+
+static void pack_worker(void *arg, int i_thread, int n_threads)
+{
+    pack_job *j = arg;
+    int64_t g0, g1;
+    strata_split_range(j->mm->n_rows / TENSOR_X8_ROWS, i_thread, n_threads, &g0, &g1);
+    if (g0 >= g1) return;
+    const char *src = (const char *)j->mm->data + (size_t)g0 * TENSOR_X8_ROWS * j->mm->row_bytes;
+    int rc = tensor_pack(j->mm->type, src, (g1 - g0) * TENSOR_X8_ROWS, j->mm->n_cols,
+                         j->dst + (size_t)g0 * j->group_bytes);
+    if (rc != 0) {
+        pthread_mutex_lock(&j->lock);
+        j->failed = rc;
+        pthread_mutex_unlock(&j->lock);
+    }
+}
+
+/* Repacks every matrix that has an x8 layout (tensor/pack.h) into one
+ * allocation, unless STRATA_REPACK=0. A matrix whose data the layout does
+ * not take stays in the file's layout. */
+static int pack_all(model *m, strata_err *err)
+{
+    const char *env = getenv("STRATA_REPACK");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    const int64_t t0 = strata_clock_ns();
+    size_t n = matrices(m, NULL, 0);
+    model_matrix **mats = calloc(n, sizeof(*mats));
+    size_t *off = calloc(n, sizeof(*off));
+    if (mats == NULL || off == NULL) {
+        free(mats), free(off);
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    matrices(m, mats, n);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = tensor_pack_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols);
+        off[i] = total;
+        total += (b + 63) / 64 * 64;
+    }
+    int rc = 0;
+    size_t n_packed = 0;
+    if (total > 0) {
+        m->packed = aligned_alloc(64, total);
+        if (m->packed == NULL) {
+            rc = strata_err_set(err, STRATA_ENOMEM, "out of memory repacking %zu bytes of weights"
+                                " (STRATA_REPACK=0 uses the file's layout in place)", total);
+        }
+    }
+    /* the file's pages are read and the copy written by every CPU */
+    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    strata_pool *pool = rc == 0 && total > 0 ? strata_pool_new(n_cpu < 1 ? 1 : n_cpu > 16 ? 16 : (int)n_cpu) : NULL;
+    for (size_t i = 0; rc == 0 && i < n && total > 0; i++) {
+        model_matrix *mm = mats[i];
+        size_t bytes = tensor_pack_bytes(mm->type, mm->n_rows, mm->n_cols);
+        if (bytes == 0) continue;
+        char *dst = m->packed + off[i];
+        pack_job job = {.mm = mm, .dst = dst,
+                        .group_bytes = bytes / (size_t)(mm->n_rows / TENSOR_X8_ROWS)};
+        pthread_mutex_init(&job.lock, NULL);
+        if (pool != NULL) strata_pool_run(pool, pack_worker, &job);
+        else pack_worker(&job, 0, 1);
+        pthread_mutex_destroy(&job.lock);
+        if (job.failed != 0) continue; /* data the layout cannot hold: stays as it is */
+        mm->data = dst;
+        mm->type |= TENSOR_PACKED;
+        m->packed_bytes += tensor_pack_bytes(mm->type & ~TENSOR_PACKED, mm->n_rows, mm->n_cols);
+        n_packed++;
+    }
+    if (n_packed > 0)
+        LOG_INFO("model: repacked %zu of %zu matrices (%.1f MiB) to the row-interleaved layout in "
+                 "%.2f s (STRATA_REPACK=0 keeps the file's layout)",
+                 n_packed, n, (double)m->packed_bytes / (1 << 20),
+                 (double)(strata_clock_ns() - t0) * 1e-9);
+    strata_pool_free(pool);
+    free(mats);
+    free(off);
+    return rc;
+}
+
 int model_load(model **out, gguf *g, strata_err *err)
 {
     *out = NULL;
@@ -197,7 +312,9 @@ int model_load(model **out, gguf *g, strata_err *err)
         if (m->layers == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
     if (rc == 0) rc = bind_all(m, err);
+    if (rc == 0) rc = pack_all(m, err);
     if (rc != 0) {
+        free(m->packed);
         free(m->layers);
         free(m);
         return rc;
@@ -232,6 +349,7 @@ void model_close(model *m)
 {
     if (m == NULL) return;
     if (m->owns_gguf) gguf_close(m->g);
+    free(m->packed);
     free(m->layers);
     free(m);
 }

@@ -1,5 +1,9 @@
 /* A loaded model: its hyper-parameters and its weights, bound by their GGUF
- * names to pointers into the file's mapping (nothing is copied).
+ * names to pointers into the file's mapping. Matrices of a type with a
+ * row-interleaved layout (Q4_0, Q8_0, Q4_K: tensor/pack.h) are repacked at
+ * load into one allocation, their type or'ed with TENSOR_PACKED, for faster
+ * matrix products; STRATA_REPACK=0 in the environment keeps every matrix in
+ * the file's layout, in place (less memory, slower).
  *
  * Every tensor the graph uses is looked up and checked at load: present,
  * of a type the kernels take (matrices: tensor_matmul_supported with a row
@@ -22,8 +26,8 @@
 /* A weight matrix W of shape (n_rows, n_cols): row r holds the n_cols
  * weights of output r, in GGUF's block layout (GGUF's ne[0] = n_cols). */
 typedef struct model_matrix {
-    const void *data;  /* in the mapping; row_bytes * n_rows bytes */
-    uint32_t type;     /* enum strata_type */
+    const void *data;  /* in the mapping (row_bytes * n_rows bytes), or packed */
+    uint32_t type;     /* enum strata_type, | TENSOR_PACKED when repacked */
     int64_t n_rows;
     int64_t n_cols;
     size_t row_bytes;
@@ -57,6 +61,8 @@ typedef struct model {
     const float *output_norm; /* (n_embd) */
     const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
     model_layer *layers;      /* (n_layer) */
+    char *packed;             /* the repacked matrices, or NULL */
+    size_t packed_bytes;      /* bytes of weights repacked */
 } model;
 
 /* Opens the GGUF at path and loads it. On success *out is owned by the

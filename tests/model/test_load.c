@@ -12,6 +12,7 @@
 #include "gguf/gguf_write.h"
 #include "model_testutil.h"
 #include "tensor/ops.h"
+#include "tensor/pack.h"
 
 /* One change to a copied file. */
 typedef struct edit {
@@ -265,6 +266,66 @@ static void test_rope_factors_and_scaling(void **state)
     free(got);
 }
 
+/* Matrices of Q4_0, Q8_0 and Q4_K are repacked at load (tensor/pack.h);
+ * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
+ * float rounding. */
+static void test_repack(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"golden/models/llama-Q4_0.gguf",
+                                        "golden/models/qwen2-Q8_0.gguf",
+                                        "golden/models/qwen3-Q4_K.gguf",
+                                        "golden/models/llama-Q6_K.gguf"};
+    const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3, 7};
+    const int64_t n = (int64_t)(sizeof ids / sizeof ids[0]);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        model *packed = NULL, *plain = NULL;
+        MT_OPEN(packed, files[f]);
+        setenv("STRATA_REPACK", "0", 1);
+        MT_OPEN(plain, files[f]);
+        unsetenv("STRATA_REPACK");
+        assert_null(plain->packed);
+        const bool packable = strstr(files[f], "Q6_K") == NULL;
+        /* every layer matrix of a packable type is packed (their row
+         * counts are multiples of 8 in these files); a Q6_K file has none */
+        const model_layer *l = &packed->layers[0];
+        const model_matrix *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            bool is_packed = (ms[i]->type & TENSOR_PACKED) != 0;
+            if (packable && ms[i]->n_rows % 8 == 0 && tensor_pack_available(
+                    ms[i]->type & ~TENSOR_PACKED, ms[i]->n_rows, ms[i]->n_cols))
+                assert_true(is_packed);
+            if (!packable) assert_false(is_packed);
+            assert_false((plain->layers[0].wq.type & TENSOR_PACKED) != 0);
+        }
+        assert_true(packable ? packed->packed_bytes > 0 : packed->packed == NULL);
+        /* token lookups still read the file's layout */
+        assert_int_equal(packed->tok_embd.type & TENSOR_PACKED, 0);
+
+        const int64_t nv = packed->hp.n_vocab;
+        float *a = malloc(sizeof(float) * (size_t)(n * nv));
+        float *b = malloc(sizeof(float) * (size_t)(n * nv));
+        assert_non_null(a);
+        assert_non_null(b);
+        model_ctx *ca = mt_ctx(packed, 64, 1, 2, 64), *cb = mt_ctx(plain, 64, 1, 2, 64);
+        mt_eval(ca, 0, ids, n, a);
+        mt_eval(cb, 0, ids, n, b);
+        double max_ref = 0, max_diff = 0;
+        for (int64_t i = 0; i < n * nv; i++) {
+            max_ref = fmax(max_ref, fabs((double)b[i]));
+            max_diff = fmax(max_diff, fabs((double)a[i] - (double)b[i]));
+        }
+        printf("# %s: packed vs file layout: max|diff| %.3g of %.3g\n", files[f], max_diff, max_ref);
+        assert_true(max_diff <= 1e-4 * max_ref);
+        model_ctx_free(ca);
+        model_ctx_free(cb);
+        free(a);
+        free(b);
+        model_close(packed);
+        model_close(plain);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_defaults_from_missing_keys),
         cmocka_unit_test(test_load_errors_name_the_culprit),
         cmocka_unit_test(test_rope_factors_and_scaling),
+        cmocka_unit_test(test_repack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
