@@ -22,6 +22,7 @@
 #include "tensor/quant.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* --- traits --- */
 
@@ -249,7 +250,11 @@ static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, 
     chunk -= chunk % k->tile_t;
     c.tok_chunk = chunk > k->tile_t ? chunk : k->tile_t;
 
-    if (c.quant != NULL) strata_pool_run(pool, mm_quantize, &c);
+    if (c.quant != NULL) {
+        /* a few rows are quantized faster than the pool wakes up */
+        if (n_tok <= 2 * (pool != NULL ? strata_pool_n_threads(pool) : 1)) mm_quantize(&c, 0, 1);
+        else strata_pool_run(pool, mm_quantize, &c);
+    }
     strata_pool_run(pool, mm_products, &c);
     return 0;
 }
@@ -268,6 +273,8 @@ typedef struct x8_ctx {
     size_t xq_row_bytes;
     float *y;
     int64_t tok_chunk;
+    int64_t grain;           /* groups per claim when claiming (else 0) */
+    atomic_int_fast64_t next_group;
 } x8_ctx;
 
 static void x8_quantize(void *arg, int i_thread, int n_threads)
@@ -280,22 +287,43 @@ static void x8_quantize(void *arg, int i_thread, int n_threads)
                                c->n_cols);
 }
 
+/* Groups [g0, g1) for tokens [tc0, tc1). */
+static void x8_groups(const x8_ctx *c, int64_t g0, int64_t g1, int64_t tc0, int64_t tc1)
+{
+    const int64_t n_rows = c->n_groups * TENSOR_X8_ROWS;
+    for (int64_t g = g0; g < g1; g++) {
+        const char *wg = c->w + (size_t)g * c->group_bytes;
+        for (int64_t t = tc0; t < tc1; t += TENSOR_X8_MAX_T) {
+            int nt = tc1 - t < TENSOR_X8_MAX_T ? (int)(tc1 - t) : TENSOR_X8_MAX_T;
+            c->k(c->n_cols, wg, c->xq + (size_t)t * c->xq_row_bytes, c->xq_row_bytes,
+                 c->y + t * n_rows + g * TENSOR_X8_ROWS, (size_t)n_rows, nt);
+        }
+    }
+}
+
+/* With one token chunk (decode, small batches) the threads claim runs of
+ * groups from a shared counter, so a thread slowed by something else on its
+ * CPU does not hold the others at the end; with several chunks each thread
+ * keeps a fixed range, so that a chunk's activations stay in its L2 while
+ * all its groups pass over them. Which thread computes a group changes no
+ * result. */
 static void x8_products(void *arg, int i_thread, int n_threads)
 {
-    const x8_ctx *c = arg;
+    x8_ctx *c = arg;
+    if (c->grain > 0) {
+        for (;;) {
+            int64_t g0 = atomic_fetch_add_explicit(&c->next_group, c->grain, memory_order_relaxed);
+            if (g0 >= c->n_groups) break;
+            int64_t g1 = g0 + c->grain < c->n_groups ? g0 + c->grain : c->n_groups;
+            x8_groups(c, g0, g1, 0, c->n_tok);
+        }
+        return;
+    }
     int64_t g0, g1;
     strata_split_range(c->n_groups, i_thread, n_threads, &g0, &g1);
-    const int64_t n_rows = c->n_groups * TENSOR_X8_ROWS;
     for (int64_t tc0 = 0; tc0 < c->n_tok; tc0 += c->tok_chunk) {
         int64_t tc1 = tc0 + c->tok_chunk < c->n_tok ? tc0 + c->tok_chunk : c->n_tok;
-        for (int64_t g = g0; g < g1; g++) {
-            const char *wg = c->w + (size_t)g * c->group_bytes;
-            for (int64_t t = tc0; t < tc1; t += TENSOR_X8_MAX_T) {
-                int nt = tc1 - t < TENSOR_X8_MAX_T ? (int)(tc1 - t) : TENSOR_X8_MAX_T;
-                c->k(c->n_cols, wg, c->xq + (size_t)t * c->xq_row_bytes, c->xq_row_bytes,
-                     c->y + t * n_rows + g * TENSOR_X8_ROWS, (size_t)n_rows, nt);
-            }
-        }
+        x8_groups(c, g0, g1, tc0, tc1);
     }
 }
 
@@ -322,7 +350,17 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
     int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);
     chunk -= chunk % TENSOR_X8_MAX_T;
     c.tok_chunk = chunk > TENSOR_X8_MAX_T ? chunk : TENSOR_X8_MAX_T;
-    strata_pool_run(pool, x8_quantize, &c);
+    const int n_threads = pool != NULL ? strata_pool_n_threads(pool) : 1;
+    if (n_tok <= c.tok_chunk && n_threads > 1) {
+        /* about 8 claims per thread: few enough that the counter costs
+         * nothing, enough to even out a slow thread */
+        c.grain = c.n_groups / ((int64_t)n_threads * 8);
+        if (c.grain < 1) c.grain = 1;
+    }
+    atomic_init(&c.next_group, 0);
+    /* a few rows are quantized faster than the pool wakes up */
+    if (n_tok <= 2 * n_threads) x8_quantize(&c, 0, 1);
+    else strata_pool_run(pool, x8_quantize, &c);
     strata_pool_run(pool, x8_products, &c);
     return 0;
 }
