@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* "[256, 512]" for a tensor's ne[] (ne[0] first, as GGUF and llama.cpp print). */
@@ -212,6 +213,35 @@ static size_t matrices(model *m, model_matrix **out, size_t cap)
     return n;
 }
 
+/* The repacked weights' memory: its own anonymous mapping, in 2 MiB pages
+ * where the kernel gives them (transparent huge pages in "madvise" mode):
+ * decode streams all of it every token, and with 4 KiB pages every 4 KiB
+ * would cost a TLB miss. *map_bytes is the mapping's length. */
+#define PACKED_ALIGN ((size_t)2 << 20)
+
+static char *packed_alloc(size_t bytes, size_t *map_bytes)
+{
+    size_t len = (bytes + PACKED_ALIGN - 1) / PACKED_ALIGN * PACKED_ALIGN;
+    /* over-allocate one huge page to align the start */
+    void *p = mmap(NULL, len + PACKED_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uintptr_t a = ((uintptr_t)p + PACKED_ALIGN - 1) & ~(uintptr_t)(PACKED_ALIGN - 1);
+    size_t head = a - (uintptr_t)p, tail = PACKED_ALIGN - head;
+    if (head > 0) munmap(p, head);
+    if (tail > 0) munmap((char *)a + len, tail);
+#ifdef MADV_HUGEPAGE
+    madvise((void *)a, len, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
+    *map_bytes = len;
+    return (char *)a;
+}
+
+static void packed_free(char *p, size_t map_bytes)
+{
+    if (p != NULL) munmap(p, map_bytes);
+}
+
 /* One matrix packed by the pool's threads, each a range of 8-row groups
  * (tensor_pack works group by group, so a range is a smaller matrix). */
 typedef struct pack_job {
@@ -263,7 +293,7 @@ static int pack_all(model *m, strata_err *err)
     int rc = 0;
     size_t n_packed = 0;
     if (total > 0) {
-        m->packed = aligned_alloc(64, total);
+        m->packed = packed_alloc(total, &m->packed_map);
         if (m->packed == NULL) {
             rc = strata_err_set(err, STRATA_ENOMEM, "out of memory repacking %zu bytes of weights"
                                 " (STRATA_REPACK=0 uses the file's layout in place)", total);
@@ -314,7 +344,7 @@ int model_load(model **out, gguf *g, strata_err *err)
     if (rc == 0) rc = bind_all(m, err);
     if (rc == 0) rc = pack_all(m, err);
     if (rc != 0) {
-        free(m->packed);
+        packed_free(m->packed, m->packed_map);
         free(m->layers);
         free(m);
         return rc;
@@ -349,7 +379,7 @@ void model_close(model *m)
 {
     if (m == NULL) return;
     if (m->owns_gguf) gguf_close(m->g);
-    free(m->packed);
+    packed_free(m->packed, m->packed_map);
     free(m->layers);
     free(m);
 }

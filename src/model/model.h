@@ -61,7 +61,8 @@ typedef struct model {
     const float *output_norm; /* (n_embd) */
     const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
     model_layer *layers;      /* (n_layer) */
-    char *packed;             /* the repacked matrices, or NULL */
+    char *packed;             /* the repacked matrices (a mapping), or NULL */
+    size_t packed_map;        /* its length */
     size_t packed_bytes;      /* bytes of weights repacked */
 } model;
 
