@@ -864,6 +864,49 @@ static void test_engine_dies_draining_stop(void **state)
     srv_stop(&s);
 }
 
+/* A client that leaves while its request is in the engine but before any
+ * token (prefill: the fake engine stays silent), streaming or not: the
+ * server sends `stop` for it, the slot comes back, and the next request on
+ * that replica is served. */
+static void test_client_leaves_during_prefill(void **state)
+{
+    (void)state;
+    char log[600];
+    snprintf(log, sizeof(log), "%s/fake-prefill-%d.log", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_LOG", log, 1);
+    srv s;
+    srv_start(&s, 1, 1, 8, NULL);
+    unsetenv("FAKE_ENGINE_LOG");
+    for (int streaming = 0; streaming < 2; streaming++) {
+        int k = 350 + streaming;
+        char *body = completion_body(OP_SILENT, k, 0, 0, 0,
+                                     streaming ? "\"stream\":true" : "\"stream\":false");
+        int fd = http_connect(s.port, 30);
+        assert_int_equal(http_send_request(fd, "POST", "/v1/completions", body, NULL), 0);
+        wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 1");
+        char want_gen[32], want_stop[32];
+        snprintf(want_gen, sizeof(want_gen), "gen %d\n", k);
+        snprintf(want_stop, sizeof(want_stop), "stop %d\n", k);
+        for (int i = 0; i < 500; i++) { /* until the engine has it */
+            size_t n;
+            char *raw = testdata_read_file(log, &n);
+            bool there = raw != NULL && memmem(raw, n, want_gen, strlen(want_gen)) != NULL;
+            free(raw);
+            if (there) break;
+            usleep(10000);
+        }
+        close(fd);
+        wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 0");
+        char *seen = read_log(log);
+        assert_non_null(strstr(seen, want_gen));
+        assert_non_null(strstr(seen, want_stop));
+        free(seen);
+        expect_normal(&s, k + 10, 2);
+        free(body);
+    }
+    srv_stop(&s);
+}
+
 /* Sends a request and leaves the response for later. */
 static int send_later(srv *s, const char *body)
 {
@@ -1130,6 +1173,7 @@ SERVE_TEST(test_handler_fails_after_start)
 SERVE_TEST(test_engine_err)
 SERVE_TEST(test_engine_dies_others_continue)
 SERVE_TEST(test_cancel_while_queued)
+SERVE_TEST(test_client_leaves_during_prefill)
 SERVE_TEST(test_four_callers_never_mixed)
 SERVE_TEST(test_http_errors)
 SERVE_TEST(test_slow_consumer)
@@ -1151,6 +1195,7 @@ int main(void)
         cmocka_unit_test_teardown(test_engine_err_guard, kill_leftover),
         cmocka_unit_test_teardown(test_engine_dies_others_continue_guard, kill_leftover),
         cmocka_unit_test_teardown(test_cancel_while_queued_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_client_leaves_during_prefill_guard, kill_leftover),
         cmocka_unit_test_teardown(test_four_callers_never_mixed_guard, kill_leftover),
         cmocka_unit_test_teardown(test_http_errors_guard, kill_leftover),
         cmocka_unit_test_teardown(test_slow_consumer_guard, kill_leftover),
