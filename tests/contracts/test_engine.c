@@ -300,6 +300,42 @@ static void test_bad_lines_keep_serving(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
+/* A ping is answered at once even while a long step runs: here one
+ * prefill step of 2000 tokens (seconds at one thread). The pong must come
+ * before the step's first token, not after the step. */
+static void test_ping_during_long_step(void **state)
+{
+    (void)state;
+    eng e;
+    eng_start(&e, "1", "2048", "2048");
+    enum { N = 2000 };
+    size_t cap = 64 + (size_t)N * 8;
+    char *gen = malloc(cap);
+    assert_non_null(gen);
+    size_t off = (size_t)snprintf(gen, cap, "{\"op\":\"gen\",\"id\":40,\"tokens\":[1");
+    for (int i = 1; i < N; i++) off += (size_t)snprintf(gen + off, cap - off, ",%d", 300 + i % 200);
+    snprintf(gen + off, cap - off, "],\"max_tokens\":1,\"sampling\":{\"temperature\":0}}\n");
+    eng_send(&e, gen);
+    free(gen);
+    usleep(20000); /* the scheduler is inside the step by now */
+    eng_send(&e, "{\"op\":\"ping\",\"id\":9}\n");
+    char *line;
+    if (pipeproc_read_line(&e.p, &line, LINE_TIMEOUT_MS) != 1) fail_msg("no line after the ping");
+    proto_msg m;
+    proto_error pe;
+    if (proto_decode(line, strlen(line), PROTO_DIR_TO_SERVER, &m, &pe) != 0)
+        fail_msg("%s: %s", pe.message, line);
+    if (m.op != PROTO_OP_PONG) fail_msg("the first line after the ping is not its pong: %s", line);
+    assert_int_equal(m.id, 9);
+    proto_msg_free(&m);
+    free(line);
+    int64_t ids[] = {40};
+    eng_wait(&e, ids, 1);
+    et_assert_done(e.c, 40, PROTO_FINISH_LENGTH);
+    assert_int_equal(e.c->recs[40].stats.prompt_n, N);
+    assert_int_equal(eng_finish(&e), 0);
+}
+
 static void test_shutdown_and_eof(void **state)
 {
     (void)state;
@@ -507,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_seeded_equals_strata_run),
         cmocka_unit_test(test_concurrent_equals_alone),
         cmocka_unit_test(test_bad_lines_keep_serving),
+        cmocka_unit_test(test_ping_during_long_step),
         cmocka_unit_test(test_shutdown_and_eof),
         cmocka_unit_test(test_stop_over_pipes),
         cmocka_unit_test(test_terminal_invariant_under_load),
