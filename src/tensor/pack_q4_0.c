@@ -93,22 +93,6 @@ void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 
 #if defined(__x86_64__)
 
-/* Software prefetch distance in the group stream, in bytes: every cache
- * line of the block this far ahead is asked for (one prefetch per block
- * would leave most lines of these 144- and 272-byte blocks to the
- * hardware prefetcher, which lags). */
-#ifndef X8_PREFETCH_AHEAD
-#define X8_PREFETCH_AHEAD 1024
-#endif
-
-/* The 4 activation bytes 4j..4j+3 of a block in every int32 lane. */
-TENSOR_AVX2_INLINE __m256i x4_bcast(const int8_t *qs, int j)
-{
-    int32_t v;
-    memcpy(&v, qs + 4 * j, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* NT tokens. Int16 bound: 8 maddubs results of codes 0..15 with
  * activations in [-128, 127] sum to at most 8 * 2 * 15 * 128 < 32768. */
 TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, size_t xs,
@@ -123,7 +107,7 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
     for (int64_t ib = 0; ib < nb; ib++) {
         const block_q4_0x8 *b = &wb[ib];
         for (size_t off = 0; off < sizeof(block_q4_0x8); off += 64)
-            _mm_prefetch((const char *)b + X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
         __m256i c[8];
         for (int m = 0; m < 4; m++) {
@@ -134,9 +118,10 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
         for (int t = 0; t < NT; t++) {
             const char *xr = (const char *)x + (size_t)t * xs;
             const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
-            __m256i s16 = _mm256_maddubs_epi16(c[0], x4_bcast(xb->qs, 0));
+            __m256i s16 = _mm256_maddubs_epi16(c[0], tensor_bcast4(xb->qs));
             for (int j = 1; j < 8; j++)
-                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(c[j], x4_bcast(xb->qs, j)));
+                s16 = _mm256_add_epi16(s16,
+                                       _mm256_maddubs_epi16(c[j], tensor_bcast4(xb->qs + 4 * j)));
             int32_t corr;
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
             __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(corr));

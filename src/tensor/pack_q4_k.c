@@ -90,14 +90,6 @@ void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 
 #if defined(__x86_64__)
 
-/* The 4 activation bytes at p in every int32 lane. */
-TENSOR_AVX2_INLINE __m256i x4_bcast(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* Software prefetch distance in the group stream, in bytes ahead of the
  * sub-block being read: two interleaved blocks. Measured on Zen 3 (2048
  * columns, nt = 1): with the weights in L3, about 15% faster than no
@@ -177,9 +169,10 @@ TENSOR_AVX2_INLINE void q4_kx8_tile(int64_t n, const void *w, const void *x, siz
             }
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
-                __m256i s16 = _mm256_maddubs_epi16(c[0], x4_bcast(xq));
+                __m256i s16 = _mm256_maddubs_epi16(c[0], tensor_bcast4(xq));
                 for (int j = 1; j < 8; j++)
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(c[j], x4_bcast(xq + 4 * j)));
+                    s16 = _mm256_add_epi16(s16,
+                                           _mm256_maddubs_epi16(c[j], tensor_bcast4(xq + 4 * j)));
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, sc16));
             }
         }

@@ -64,22 +64,6 @@ void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 
 #if defined(__x86_64__)
 
-/* Software prefetch distance in the group stream, in bytes: every cache
- * line of the block this far ahead is asked for (one prefetch per block
- * would leave most lines of these 144- and 272-byte blocks to the
- * hardware prefetcher, which lags). */
-#ifndef X8_PREFETCH_AHEAD
-#define X8_PREFETCH_AHEAD 1024
-#endif
-
-/* The 4 activation bytes 4j..4j+3 of a block in every int32 lane. */
-TENSOR_AVX2_INLINE __m256i x4_bcast(const int8_t *qs, int j)
-{
-    int32_t v;
-    memcpy(&v, qs + 4 * j, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* NT tokens, one interleaved block at a time. Step j takes the code vector
  * of elements 4j..4j+3 of the 8 rows (bytes 4r..4r+3 = row r's) and, per
  * token, those 4 activation bytes in every int32 lane: maddubs(|w|,
@@ -107,7 +91,7 @@ TENSOR_AVX2_INLINE void q8_0x8_tile(int64_t n, const void *w, const void *x, siz
         const block_q8_0x8 *b = &wb[ib];
         /* the group is one contiguous stream: ask for a line ~4 blocks on */
         for (size_t off = 0; off < sizeof(block_q8_0x8); off += 64)
-            _mm_prefetch((const char *)b + X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
         const block_q8_0 *xb[TENSOR_X8_MAX_T];
         __m256i isum[TENSOR_X8_MAX_T];
         for (int t = 0; t < NT; t++) {
@@ -118,7 +102,7 @@ TENSOR_AVX2_INLINE void q8_0x8_tile(int64_t n, const void *w, const void *x, siz
             const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
             const __m256i qa = _mm256_abs_epi8(q);
             for (int t = 0; t < NT; t++) {
-                const __m256i xq = _mm256_sign_epi8(x4_bcast(xb[t]->qs, j), q);
+                const __m256i xq = _mm256_sign_epi8(tensor_bcast4(xb[t]->qs + 4 * j), q);
                 const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xq), ones);
                 isum[t] = _mm256_add_epi32(isum[t], p);
                 if (NT > 1) __asm__("" : "+x"(isum[t]));

@@ -1,5 +1,6 @@
-/* Shared between dequant.c, quantize.c, quantize_k.c and quant_search.c;
- * not part of the tensor layer's interface.
+/* Shared between dequant.c, quantize.c, quantize_k.c, quant_search.c and
+ * pack_q4_k.c (which unpacks Q4_K scales); not part of the tensor layer's
+ * interface.
  *
  * Holds the bit packing helpers that the encoder and decoder must agree on
  * (one definition, so they cannot drift apart), the per-type row functions

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include "serve_testutil.h"
+
 #include <ctype.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -37,20 +40,7 @@ typedef struct srv {
     char log[512];
 } srv;
 
-static char g_model[1024];
-static pid_t g_live_pid;          /* the server of the running test, killed if it fails */
 static const char *g_auth_header; /* sent by wait_metric when the server has a key */
-static vocab *g_voc;
-
-static char *fake_engine_path(void)
-{
-    static char p[1024];
-    /* STRATA_BIN is <build>/strata; the fake is <build>/tests/fake_engine */
-    snprintf(p, sizeof(p), "%s", STRATA_BIN);
-    char *slash = strrchr(p, '/');
-    snprintf(slash + 1, sizeof(p) - (size_t)(slash + 1 - p), "tests/fake_engine");
-    return p;
-}
 
 /* Starts `strata serve` with the fake engine; extra args NULL-terminated. */
 static void srv_start(srv *s, int replicas, int slots, int max_queue, ...)
@@ -63,7 +53,7 @@ static void srv_start(srv *s, int replicas, int slots, int max_queue, ...)
     snprintf(r, sizeof(r), "%d", replicas);
     snprintf(k, sizeof(k), "%d", slots);
     snprintf(q, sizeof(q), "%d", max_queue);
-    const char *argv[40] = {STRATA_BIN, "serve", "-m", g_model, "--engine", fake_engine_path(),
+    const char *argv[40] = {STRATA_BIN, "serve", "-m", g_model, "--engine", st_fake_engine_path(),
                             "--replicas", r, "--slots", k, "--max-queue", q, "--port", "0",
                             "--port-file", port_file};
     int na = 16;
@@ -73,53 +63,14 @@ static void srv_start(srv *s, int replicas, int slots, int max_queue, ...)
     while ((a = va_arg(ap, const char *)) != NULL && na < 38) argv[na++] = a;
     va_end(ap);
     argv[na] = NULL;
-    s->pid = fork();
-    assert_true(s->pid >= 0);
-    if (s->pid == 0) {
-        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    g_live_pid = s->pid;
-    s->port = 0;
-    for (int i = 0; i < 400 && s->port == 0; i++) { /* bounded: ~20 s */
-        FILE *f = fopen(port_file, "r");
-        if (f != NULL) {
-            if (fscanf(f, "%d", &s->port) != 1) s->port = 0;
-            fclose(f);
-        }
-        if (s->port == 0) usleep(50 * 1000);
-    }
-    assert_true(s->port > 0);
-    for (int i = 0; i < 400; i++) { /* until every replica is ready */
-        http_response hr;
-        if (http_do(s->port, "GET", "/health", NULL, NULL, &hr) == 0) {
-            json_t *j = json_loads(hr.body, 0, NULL);
-            int ready = (int)json_integer_value(json_object_get(j, "replicas_ready"));
-            json_decref(j);
-            http_response_free(&hr);
-            if (ready == replicas) return;
-        }
-        usleep(50 * 1000);
-    }
-    fail_msg("the server never became ready");
+    s->port = st_spawn(argv, port_file, s->log, replicas);
+    s->pid = g_live_pid;
 }
 
 /* SIGTERM, and the server must exit 0 by itself. */
 static void srv_stop(srv *s)
 {
-    kill(s->pid, SIGTERM);
-    int status = 0;
-    assert_int_equal(waitpid(s->pid, &status, 0), s->pid);
-    g_live_pid = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "tail -30 %s >&2", s->log);
-        if (system(cmd) != 0) print_message("(no log)\n");
-    }
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    st_stop(s->pid, s->log);
 }
 
 /* The fake's script as a prompt of printable-ASCII byte tokens. */
@@ -1128,59 +1079,30 @@ static void test_http_errors(void **state)
     g_auth_header = NULL;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (testdata_path(g_model, sizeof(g_model), "models/stories260K.gguf") == NULL) return 0;
-    return vocab_open(&g_voc, g_model, NULL);
-}
-
-/* After each test: a server left by a failed assertion is killed and reaped. */
+/* After each test: a server left by a failed assertion is killed. */
 static int kill_leftover(void **state)
 {
-    (void)state;
-    if (g_live_pid > 0) {
-        kill(g_live_pid, SIGKILL);
-        waitpid(g_live_pid, NULL, 0);
-        g_live_pid = 0;
-    }
     g_auth_header = NULL;
-    return 0;
+    return st_kill_leftover(state);
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    vocab_free(g_voc);
-    return 0;
-}
-
-#define SERVE_TEST(f)                                                   \
-    static void f##_guard(void **state)                                 \
-    {                                                                   \
-        if (g_voc == NULL) {                                            \
-            print_message("skipped: models/stories260K.gguf missing\n"); \
-            skip();                                                     \
-        }                                                               \
-        f(state);                                                       \
-    }
-SERVE_TEST(test_ends_at_eos_and_length)
-SERVE_TEST(test_stream_with_usage)
-SERVE_TEST(test_stop_string)
-SERVE_TEST(test_client_closes_early)
-SERVE_TEST(test_late_done_not_mixed)
-SERVE_TEST(test_handler_fails_after_start)
-SERVE_TEST(test_engine_err)
-SERVE_TEST(test_engine_dies_others_continue)
-SERVE_TEST(test_cancel_while_queued)
-SERVE_TEST(test_client_leaves_during_prefill)
-SERVE_TEST(test_four_callers_never_mixed)
-SERVE_TEST(test_http_errors)
-SERVE_TEST(test_slow_consumer)
-SERVE_TEST(test_engine_overrun_is_a_fault)
-SERVE_TEST(test_engine_dies_draining_stop)
-SERVE_TEST(test_queued_wait_for_restart)
-SERVE_TEST(test_queued_fails_when_engine_keeps_failing)
+ST_MODEL_TEST(test_ends_at_eos_and_length)
+ST_MODEL_TEST(test_stream_with_usage)
+ST_MODEL_TEST(test_stop_string)
+ST_MODEL_TEST(test_client_closes_early)
+ST_MODEL_TEST(test_late_done_not_mixed)
+ST_MODEL_TEST(test_handler_fails_after_start)
+ST_MODEL_TEST(test_engine_err)
+ST_MODEL_TEST(test_engine_dies_others_continue)
+ST_MODEL_TEST(test_cancel_while_queued)
+ST_MODEL_TEST(test_client_leaves_during_prefill)
+ST_MODEL_TEST(test_four_callers_never_mixed)
+ST_MODEL_TEST(test_http_errors)
+ST_MODEL_TEST(test_slow_consumer)
+ST_MODEL_TEST(test_engine_overrun_is_a_fault)
+ST_MODEL_TEST(test_engine_dies_draining_stop)
+ST_MODEL_TEST(test_queued_wait_for_restart)
+ST_MODEL_TEST(test_queued_fails_when_engine_keeps_failing)
 
 int main(void)
 {
@@ -1204,5 +1126,5 @@ int main(void)
         cmocka_unit_test_teardown(test_queued_wait_for_restart_guard, kill_leftover),
         cmocka_unit_test_teardown(test_queued_fails_when_engine_keeps_failing_guard, kill_leftover),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

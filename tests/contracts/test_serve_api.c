@@ -17,15 +17,14 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include "serve_testutil.h"
 #include <sys/wait.h>
 
 #ifndef STRATA_BIN
 #error STRATA_BIN must name the strata binary
 #endif
 
-static char g_model[1024];
-static vocab *g_voc;
-static pid_t g_live_pid;
 
 /* --- embeddings --- */
 
@@ -89,64 +88,24 @@ static void test_base64_floats(void **state)
     json_decref(j);
 }
 
-/* --- engine failures, through a server of the scripted fake engine --- */
+static char g_log[512];
 
-static char *fake_engine_path(void)
-{
-    static char p[1024];
-    snprintf(p, sizeof(p), "%s", STRATA_BIN);
-    char *slash = strrchr(p, '/');
-    snprintf(slash + 1, sizeof(p) - (size_t)(slash + 1 - p), "tests/fake_engine");
-    return p;
-}
-
+/* `strata serve` with the fake engine, 1 replica x 2 slots; returns its port. */
 static int srv_start(void)
 {
     const char *dir = testdata_scratch_dir();
-    char port_file[512], log[512];
+    char port_file[512];
     snprintf(port_file, sizeof(port_file), "%s/port-%d", dir, (int)getpid());
-    snprintf(log, sizeof(log), "%s/serve.log", dir);
-    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--engine", fake_engine_path(),
+    snprintf(g_log, sizeof(g_log), "%s/serve.log", dir);
+    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--engine", st_fake_engine_path(),
                           "--replicas", "1", "--slots", "2", "--port", "0", "--port-file",
                           port_file, NULL};
-    g_live_pid = fork();
-    assert_true(g_live_pid >= 0);
-    if (g_live_pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int port = 0;
-    for (int i = 0; i < 400 && port == 0; i++) { /* bounded: ~20 s */
-        FILE *f = fopen(port_file, "r");
-        if (f != NULL) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port == 0) usleep(50 * 1000);
-    }
-    assert_true(port > 0);
-    for (int i = 0; i < 400; i++) {
-        http_response hr;
-        if (http_do(port, "GET", "/health", NULL, NULL, &hr) == 0) {
-            int status = hr.status;
-            http_response_free(&hr);
-            if (status == 200) return port;
-        }
-        usleep(50 * 1000);
-    }
-    fail_msg("the server never became ready");
-    return -1;
+    return st_spawn(argv, port_file, g_log, 1);
 }
 
 static void srv_stop(void)
 {
-    kill(g_live_pid, SIGTERM);
-    int status = 0;
-    assert_int_equal(waitpid(g_live_pid, &status, 0), g_live_pid);
-    g_live_pid = 0;
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    st_stop(g_live_pid, g_log);
 }
 
 /* The fake's script (fake_engine.c) as a prompt of token ids. */
@@ -199,43 +158,9 @@ static void test_engine_failures_are_503(void **state)
     srv_stop();
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (testdata_path(g_model, sizeof(g_model), "models/stories260K.gguf") == NULL) return 0;
-    return vocab_open(&g_voc, g_model, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    vocab_free(g_voc);
-    return 0;
-}
-
-static int kill_leftover(void **state)
-{
-    (void)state;
-    if (g_live_pid > 0) {
-        kill(g_live_pid, SIGKILL);
-        waitpid(g_live_pid, NULL, 0);
-        g_live_pid = 0;
-    }
-    return 0;
-}
-
-#define MODEL_TEST(f)                                                   \
-    static void f##_guard(void **state)                                 \
-    {                                                                   \
-        if (g_voc == NULL) {                                            \
-            print_message("skipped: models/stories260K.gguf missing\n"); \
-            skip();                                                     \
-        }                                                               \
-        f(state);                                                       \
-    }
-MODEL_TEST(test_encoding_format)
-MODEL_TEST(test_base64_floats)
-MODEL_TEST(test_engine_failures_are_503)
+ST_MODEL_TEST(test_encoding_format)
+ST_MODEL_TEST(test_base64_floats)
+ST_MODEL_TEST(test_engine_failures_are_503)
 
 int main(void)
 {
@@ -243,7 +168,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoding_format_guard),
         cmocka_unit_test(test_base64_floats_guard),
-        cmocka_unit_test_teardown(test_engine_failures_are_503_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_engine_failures_are_503_guard, st_kill_leftover),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

@@ -25,15 +25,14 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include "serve_testutil.h"
 #include <sys/wait.h>
 
 #ifndef STRATA_BIN
 #error STRATA_BIN must name the strata binary
 #endif
 
-static char g_model[1024];
-static vocab *g_voc;
-static pid_t g_live_pid; /* the server of the running test, killed if it fails */
 
 static api_env test_env(void)
 {
@@ -383,54 +382,25 @@ static void test_visible_partial_character(void **state)
 typedef struct srv {
     pid_t pid;
     int port;
+    char log[512];
 } srv;
 
+/* `strata serve` with real engines, 1 replica x 2 slots. */
 static void srv_start(srv *s)
 {
     const char *dir = testdata_scratch_dir();
-    char port_file[512], log[512];
+    char port_file[512];
     snprintf(port_file, sizeof(port_file), "%s/port-%d", dir, (int)getpid());
-    snprintf(log, sizeof(log), "%s/serve.log", dir);
+    snprintf(s->log, sizeof(s->log), "%s/serve.log", dir);
     const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--replicas", "1", "--slots", "2",
                           "-t", "1", "--port", "0", "--port-file", port_file, NULL};
-    s->pid = fork();
-    assert_true(s->pid >= 0);
-    if (s->pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    g_live_pid = s->pid;
-    s->port = 0;
-    for (int i = 0; i < 600 && s->port == 0; i++) { /* bounded: ~30 s */
-        FILE *f = fopen(port_file, "r");
-        if (f != NULL) {
-            if (fscanf(f, "%d", &s->port) != 1) s->port = 0;
-            fclose(f);
-        }
-        if (s->port == 0) usleep(50 * 1000);
-    }
-    assert_true(s->port > 0);
-    for (int i = 0; i < 600; i++) {
-        http_response hr;
-        if (http_do(s->port, "GET", "/health", NULL, NULL, &hr) == 0) {
-            int status = hr.status;
-            http_response_free(&hr);
-            if (status == 200) return;
-        }
-        usleep(50 * 1000);
-    }
-    fail_msg("the server never became ready");
+    s->port = st_spawn(argv, port_file, s->log, 1);
+    s->pid = g_live_pid;
 }
 
 static void srv_stop(srv *s)
 {
-    kill(s->pid, SIGTERM);
-    int status = 0;
-    assert_int_equal(waitpid(s->pid, &status, 0), s->pid);
-    g_live_pid = 0;
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    st_stop(s->pid, s->log);
 }
 
 /* POSTs body; returns the parsed JSON (non-streamed) and the status. */
@@ -652,50 +622,16 @@ static void test_server_logprobs(void **state)
     srv_stop(&s);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (testdata_path(g_model, sizeof(g_model), "models/stories260K.gguf") == NULL) return 0;
-    return vocab_open(&g_voc, g_model, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    vocab_free(g_voc);
-    return 0;
-}
-
-static int kill_leftover(void **state)
-{
-    (void)state;
-    if (g_live_pid > 0) {
-        kill(g_live_pid, SIGKILL);
-        waitpid(g_live_pid, NULL, 0);
-        g_live_pid = 0;
-    }
-    return 0;
-}
-
-#define MODEL_TEST(f)                                                   \
-    static void f##_guard(void **state)                                 \
-    {                                                                   \
-        if (g_voc == NULL) {                                            \
-            print_message("skipped: models/stories260K.gguf missing\n"); \
-            skip();                                                     \
-        }                                                               \
-        f(state);                                                       \
-    }
-MODEL_TEST(test_parse_completion_logprobs)
-MODEL_TEST(test_parse_chat_logprobs)
-MODEL_TEST(test_gen_carries_logprobs)
-MODEL_TEST(test_completion_shape)
-MODEL_TEST(test_chat_shape)
-MODEL_TEST(test_choice_carries_logprobs)
-MODEL_TEST(test_visible_without_stop)
-MODEL_TEST(test_visible_with_stop)
-MODEL_TEST(test_visible_partial_character)
-MODEL_TEST(test_server_logprobs)
+ST_MODEL_TEST(test_parse_completion_logprobs)
+ST_MODEL_TEST(test_parse_chat_logprobs)
+ST_MODEL_TEST(test_gen_carries_logprobs)
+ST_MODEL_TEST(test_completion_shape)
+ST_MODEL_TEST(test_chat_shape)
+ST_MODEL_TEST(test_choice_carries_logprobs)
+ST_MODEL_TEST(test_visible_without_stop)
+ST_MODEL_TEST(test_visible_with_stop)
+ST_MODEL_TEST(test_visible_partial_character)
+ST_MODEL_TEST(test_server_logprobs)
 
 int main(void)
 {
@@ -710,7 +646,7 @@ int main(void)
         cmocka_unit_test(test_visible_without_stop_guard),
         cmocka_unit_test(test_visible_with_stop_guard),
         cmocka_unit_test(test_visible_partial_character_guard),
-        cmocka_unit_test_teardown(test_server_logprobs_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_server_logprobs_guard, st_kill_leftover),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

@@ -1,0 +1,132 @@
+/* Helpers shared by the tests that run a real `strata serve` (header-only:
+ * each test program is one .c file): the model and vocabulary they use,
+ * starting a server on a free port and waiting until it is ready, stopping
+ * it (it must exit 0 by itself), and killing one a failed test left
+ * behind. Include after <cmocka.h>. */
+#ifndef STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
+#define STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
+
+#include "http_client.h"
+#include "testdata.h"
+#include "text/vocab.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_model[1024];  /* models/stories260K.gguf */
+static vocab *g_voc;        /* its vocabulary; NULL when the data is missing */
+static pid_t g_live_pid;    /* the server of the running test, killed if it fails */
+
+/* <build>/tests/fake_engine, beside STRATA_BIN (<build>/strata). */
+static inline const char *st_fake_engine_path(void)
+{
+    static char p[1024];
+    snprintf(p, sizeof(p), "%s", STRATA_BIN);
+    char *slash = strrchr(p, '/');
+    snprintf(slash + 1, sizeof(p) - (size_t)(slash + 1 - p), "tests/fake_engine");
+    return p;
+}
+
+/* Runs argv (a `strata serve` with `--port 0 --port-file port_file`) with
+ * its stderr in log, and waits, bounded, for its port and then for
+ * `replicas` ready replicas on /health. Returns the port. */
+static inline int st_spawn(const char *const *argv, const char *port_file, const char *log,
+                           int replicas)
+{
+    unlink(port_file);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    g_live_pid = pid;
+    int port = 0;
+    for (int i = 0; i < 600 && port == 0; i++) { /* ~30 s */
+        FILE *f = fopen(port_file, "r");
+        if (f != NULL) {
+            if (fscanf(f, "%d", &port) != 1) port = 0;
+            fclose(f);
+        }
+        if (port == 0) usleep(50 * 1000);
+    }
+    assert_true(port > 0);
+    for (int i = 0; i < 600; i++) {
+        http_response hr;
+        if (http_do(port, "GET", "/health", NULL, NULL, &hr) == 0) {
+            json_t *j = json_loads(hr.body, 0, NULL);
+            int ready = (int)json_integer_value(json_object_get(j, "replicas_ready"));
+            json_decref(j);
+            http_response_free(&hr);
+            if (ready >= replicas) return port;
+        }
+        usleep(50 * 1000);
+    }
+    fail_msg("the server never became ready");
+    return -1;
+}
+
+/* SIGTERM; the server must exit 0 by itself (its log's tail is shown when
+ * it does not). */
+static inline void st_stop(pid_t pid, const char *log)
+{
+    kill(pid, SIGTERM);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    g_live_pid = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "tail -30 %s >&2", log);
+        if (system(cmd) != 0) print_message("(no log)\n");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Group setup and teardown: the model and its vocabulary. */
+static inline int st_setup(void **state)
+{
+    (void)state;
+    if (testdata_path(g_model, sizeof(g_model), "models/stories260K.gguf") == NULL) return 0;
+    return vocab_open(&g_voc, g_model, NULL);
+}
+
+static inline int st_teardown(void **state)
+{
+    (void)state;
+    vocab_free(g_voc);
+    return 0;
+}
+
+/* After each test: a server left by a failed assertion is killed. */
+static inline int st_kill_leftover(void **state)
+{
+    (void)state;
+    if (g_live_pid > 0) {
+        kill(g_live_pid, SIGKILL);
+        waitpid(g_live_pid, NULL, 0);
+        g_live_pid = 0;
+    }
+    return 0;
+}
+
+/* f_guard: f, or a skip with the reason when the reference data is missing. */
+#define ST_MODEL_TEST(f)                                                \
+    static void f##_guard(void **state)                                 \
+    {                                                                   \
+        if (g_voc == NULL) {                                            \
+            print_message("skipped: models/stories260K.gguf missing\n"); \
+            skip();                                                     \
+        }                                                               \
+        f(state);                                                       \
+    }
+
+#endif
