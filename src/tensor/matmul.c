@@ -145,13 +145,32 @@ typedef struct mm_ctx {
     int64_t tok_chunk;       /* tokens per L2-sized chunk (a multiple of tile_t) */
 } mm_ctx;
 
-static void mm_quantize(void *arg, int i_thread, int n_threads)
+/* Phase 1 of both drivers: n_tok rows of x into the kernels' activation
+ * rows. */
+typedef struct quant_job {
+    tensor_quant_fn quant;
+    const float *x;
+    int64_t n_cols, n_tok;
+    char *xq;
+    size_t xq_row_bytes;
+} quant_job;
+
+static void quant_rows(void *arg, int i_thread, int n_threads)
 {
-    const mm_ctx *c = arg;
+    const quant_job *j = arg;
     int64_t t0, t1;
-    strata_split_range(c->n_tok, i_thread, n_threads, &t0, &t1);
+    strata_split_range(j->n_tok, i_thread, n_threads, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
-        c->quant(c->x + t * c->n_cols, c->xq + (size_t)t * c->xq_row_bytes, c->n_cols);
+        j->quant(j->x + t * j->n_cols, j->xq + (size_t)t * j->xq_row_bytes, j->n_cols);
+}
+
+static void quantize_activations(strata_pool *pool, const quant_job *j)
+{
+    /* a few rows are quantized faster than the pool wakes up */
+    if (j->n_tok <= 2 * (pool != NULL ? strata_pool_n_threads(pool) : 1))
+        quant_rows((void *)j, 0, 1);
+    else
+        strata_pool_run(pool, quant_rows, (void *)j);
 }
 
 /* Rows [r0, r1) with token t: rows_r at a time, then one at a time. */
@@ -251,9 +270,8 @@ static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, 
     c.tok_chunk = chunk > k->tile_t ? chunk : k->tile_t;
 
     if (c.quant != NULL) {
-        /* a few rows are quantized faster than the pool wakes up */
-        if (n_tok <= 2 * (pool != NULL ? strata_pool_n_threads(pool) : 1)) mm_quantize(&c, 0, 1);
-        else strata_pool_run(pool, mm_quantize, &c);
+        quant_job qj = {c.quant, x, n_cols, n_tok, c.xq, c.xq_row_bytes};
+        quantize_activations(pool, &qj);
     }
     strata_pool_run(pool, mm_products, &c);
     return 0;
@@ -264,28 +282,16 @@ static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, 
 
 typedef struct x8_ctx {
     tensor_x8_fn k;
-    uint32_t type;           /* the plain type */
     const char *w;
     size_t group_bytes;
     int64_t n_groups, n_cols, n_tok;
-    const float *x;
-    char *xq;
+    const char *xq;
     size_t xq_row_bytes;
     float *y;
     int64_t tok_chunk;
     int64_t grain;           /* groups per claim when claiming (else 0) */
     atomic_int_fast64_t next_group;
 } x8_ctx;
-
-static void x8_quantize(void *arg, int i_thread, int n_threads)
-{
-    const x8_ctx *c = arg;
-    int64_t t0, t1;
-    strata_split_range(c->n_tok, i_thread, n_threads, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++)
-        tensor_x8_quantize_act(c->type, c->x + t * c->n_cols, c->xq + (size_t)t * c->xq_row_bytes,
-                               c->n_cols);
-}
 
 /* Groups [g0, g1) for tokens [tc0, tc1). */
 static void x8_groups(const x8_ctx *c, int64_t g0, int64_t g1, int64_t tc0, int64_t tc1)
@@ -342,8 +348,8 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         k = tensor_x8_kernel_at(type, (enum strata_simd_level)l);
     if (k == NULL) return STRATA_EUNSUPPORTED;
     x8_ctx c = {
-        .k = k, .type = type, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
-        .n_tok = n_tok, .x = x, .xq = scratch, .y = y,
+        .k = k, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
+        .n_tok = n_tok, .xq = scratch, .y = y,
         .xq_row_bytes = tensor_x8_act_row_bytes(type, n_cols),
     };
     c.group_bytes = bytes / (size_t)c.n_groups;
@@ -358,9 +364,8 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         if (c.grain < 1) c.grain = 1;
     }
     atomic_init(&c.next_group, 0);
-    /* a few rows are quantized faster than the pool wakes up */
-    if (n_tok <= 2 * n_threads) x8_quantize(&c, 0, 1);
-    else strata_pool_run(pool, x8_quantize, &c);
+    quant_job qj = {tensor_x8_act_quant(type), x, n_cols, n_tok, scratch, c.xq_row_bytes};
+    quantize_activations(pool, &qj);
     strata_pool_run(pool, x8_products, &c);
     return 0;
 }

@@ -101,10 +101,9 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
                                  n);
 }
 
-void tensor_x8_quantize_act(uint32_t type, const float *x, void *dst, int64_t n)
+tensor_quant_fn tensor_x8_act_quant(uint32_t type)
 {
-    if (type == STRATA_TYPE_Q4_0)
-        tensor_x8_q4_0_quantize_act(x, dst, n);
-    else
-        tensor_get_quant(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0)(x, dst, n);
+    if (tensor_x8_block_elems(type) == 0) return NULL;
+    if (type == STRATA_TYPE_Q4_0) return tensor_x8_q4_0_quantize_act;
+    return tensor_get_quant(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0);
 }

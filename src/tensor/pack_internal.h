@@ -33,6 +33,7 @@
 #include "base/cpu.h"
 #include "tensor/blocks.h"
 #include "tensor/pack.h"
+#include "tensor/quant.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -123,9 +124,9 @@ tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level);
  * block: -8 times the sum of the block's activation codes (the kernels
  * take the -8 of each weight code off with it). Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
- * fills one from n floats. */
+ * fills one from n floats (NULL for such a type). */
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
-void tensor_x8_quantize_act(uint32_t type, const float *x, void *dst, int64_t n);
+tensor_quant_fn tensor_x8_act_quant(uint32_t type);
 size_t tensor_x8_q4_0_act_row_bytes(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
 
