@@ -11,7 +11,7 @@
 #include "tensor/quant.h"
 
 #include <inttypes.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,8 +248,7 @@ typedef struct pack_job {
     const model_matrix *mm;
     char *dst;
     size_t group_bytes;
-    int failed;        /* any thread's tensor_pack error */
-    pthread_mutex_t lock;
+    atomic_int failed;  /* set by a thread whose tensor_pack failed */
 } pack_job;
 
 static void pack_worker(void *arg, int i_thread, int n_threads)
@@ -261,11 +260,7 @@ static void pack_worker(void *arg, int i_thread, int n_threads)
     const char *src = (const char *)j->mm->data + (size_t)g0 * TENSOR_X8_ROWS * j->mm->row_bytes;
     int rc = tensor_pack(j->mm->type, src, (g1 - g0) * TENSOR_X8_ROWS, j->mm->n_cols,
                          j->dst + (size_t)g0 * j->group_bytes);
-    if (rc != 0) {
-        pthread_mutex_lock(&j->lock);
-        j->failed = rc;
-        pthread_mutex_unlock(&j->lock);
-    }
+    if (rc != 0) atomic_store(&j->failed, 1);
 }
 
 /* Repacks every matrix that has an x8 layout (tensor/pack.h) into one
@@ -301,7 +296,8 @@ static int pack_all(model *m, strata_err *err)
     }
     /* the file's pages are read and the copy written by every CPU */
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
-    strata_pool *pool = rc == 0 && total > 0 ? strata_pool_new(n_cpu < 1 ? 1 : n_cpu > 16 ? 16 : (int)n_cpu) : NULL;
+    int n_threads = n_cpu < 1 ? 1 : n_cpu > 16 ? 16 : (int)n_cpu;
+    strata_pool *pool = rc == 0 && total > 0 ? strata_pool_new(n_threads) : NULL;
     for (size_t i = 0; rc == 0 && i < n && total > 0; i++) {
         model_matrix *mm = mats[i];
         size_t bytes = tensor_pack_bytes(mm->type, mm->n_rows, mm->n_cols);
@@ -309,14 +305,13 @@ static int pack_all(model *m, strata_err *err)
         char *dst = m->packed + off[i];
         pack_job job = {.mm = mm, .dst = dst,
                         .group_bytes = bytes / (size_t)(mm->n_rows / TENSOR_X8_ROWS)};
-        pthread_mutex_init(&job.lock, NULL);
+        atomic_init(&job.failed, 0);
         if (pool != NULL) strata_pool_run(pool, pack_worker, &job);
         else pack_worker(&job, 0, 1);
-        pthread_mutex_destroy(&job.lock);
-        if (job.failed != 0) continue; /* data the layout cannot hold: stays as it is */
+        if (atomic_load(&job.failed)) continue; /* data the layout cannot hold: stays as it is */
         mm->data = dst;
         mm->type |= TENSOR_PACKED;
-        m->packed_bytes += tensor_pack_bytes(mm->type & ~TENSOR_PACKED, mm->n_rows, mm->n_cols);
+        m->packed_bytes += bytes;
         n_packed++;
     }
     if (n_packed > 0)
