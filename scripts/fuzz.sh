@@ -11,7 +11,7 @@ data=${STRATA_TEST_DATA:-$here/../shared/data}
 seeds_for() {
     case "$1" in
         fuzz_gguf) echo "$here/tests/fuzz/corpus $data/models $data/tokenizer $data/tokenizer/legacy" ;;
-        fuzz_template) echo "$data/chat-templates/llama.cpp-jinja" ;;
+        fuzz_template) echo "$here/tests/fuzz/corpus-template $data/chat-templates/llama.cpp-jinja" ;;
         fuzz_tokenize) echo "$here/tests/fuzz/corpus-tokenize" ;;
         fuzz_protocol) echo "$here/tests/fuzz/corpus-protocol" ;;
         *) echo "" ;;

@@ -263,6 +263,13 @@ int jx_getattr(jrt *rt, jv obj, const char *name, size_t len, jv *out)
     }
 }
 
+int jx_getattr_runtime(jrt *rt, jv obj, const jv_str *name, jv *out)
+{
+    int rc = jx_getattr(rt, obj, name->s, name->len, out);
+    if (rc == 0 && out->kind == JV_UNDEFINED) out->u.name = NULL;
+    return rc;
+}
+
 /* Python's index normalization: -1 is the last; false when out of range. */
 static bool norm_index(int64_t i, size_t n, size_t *out)
 {
@@ -319,7 +326,7 @@ int jx_getitem(jrt *rt, jv obj, jv key, jv *out)
             *out = jv_undefined(NULL);
             return 0;
         }
-        return jx_getattr(rt, obj, JV_STR(key)->s, JV_STR(key)->len, out);
+        return jx_getattr_runtime(rt, obj, JV_STR(key), out);
     }
     *out = jv_undefined(NULL);
     return 0;

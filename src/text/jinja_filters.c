@@ -1241,7 +1241,7 @@ int jf_filter(jrt *rt, const char *name, jv x, const jargs *a, jv *out)
         rc = arg_str(rt, a, 0, "name", &n);
         if (rc != 0) return rc;
         if (n == NULL) return jrt_fail(rt, STRATA_EINVAL, "attr needs a name");
-        return jx_getattr(rt, x, n->s, n->len, out);
+        return jx_getattr_runtime(rt, x, n, out);
     }
     return jrt_fail(rt, STRATA_EINVAL, "no filter named '%s'", name);
 }

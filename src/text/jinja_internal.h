@@ -382,8 +382,14 @@ int jx_eval(jrt *rt, const jnode *n, jv *out);
 int jx_call_value(jrt *rt, jv fn, const jv *args, size_t n_args, const char **kwnames,
                   const jv *kw, size_t n_kw, jv *out);
 /* Attribute (a.name) and item (a[key]) access with Jinja's fallbacks:
- * missing entries give undefined, access on undefined fails. */
+ * missing entries give undefined, access on undefined fails. An undefined
+ * result keeps `name` to report it, so jx_getattr's name must live as long
+ * as the render (a name of the template's syntax tree). A name held by a
+ * runtime string (a subscript key, the attr filter's argument), which may
+ * be freed before the undefined is reported, goes through
+ * jx_getattr_runtime, whose undefined carries no name. */
 int jx_getattr(jrt *rt, jv obj, const char *name, size_t len, jv *out);
+int jx_getattr_runtime(jrt *rt, jv obj, const jv_str *name, jv *out);
 int jx_getitem(jrt *rt, jv obj, jv key, jv *out);
 /* Fails rt with "'name' is undefined" for an undefined value. */
 int jrt_undefined(jrt *rt, jv v);

@@ -412,6 +412,9 @@ typedef struct error_case {
 } error_case;
 
 static const error_case g_errors[] = {
+    /* an undefined from a runtime key must not point into the freed key */
+    {"{{ {}['a' ~ 'b'] + 1 }}", STRATA_EINVAL, "undefined"},
+    {"{% set k = 'na' ~ 'me' %}{{ ({} | attr(k ~ '2')) + 1 }}", STRATA_EINVAL, "undefined"},
     {"hello\n{{ x | nofilter }}", STRATA_EINVAL, "template 2:8: no filter named 'nofilter'"},
     {"a\n{% if true %}\nb", STRATA_EFORMAT, "unclosed 'if' block (opened at 2:1)"},
     {"{% for x in xs %}{% endif %}", STRATA_EFORMAT, "template 1:21: unexpected 'endif'"},
