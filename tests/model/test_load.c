@@ -29,6 +29,9 @@ typedef struct edit {
     const char *add_tensor;      /* add an F32 vector */
     const float *add_data;
     int64_t add_n;
+    const char *poke_tensor;     /* set one byte of this tensor's data */
+    size_t poke_off;
+    uint8_t poke_val;
 } edit;
 
 static bool is(const char *a, const char *b)
@@ -58,6 +61,7 @@ static const char *copy_with(const char *src, const edit *e)
     if (e->str_key) assert_int_equal(gguf_writer_add_str(w, e->str_key, e->str_val, &err), 0);
     if (e->u32_key) assert_int_equal(gguf_writer_add_u32(w, e->u32_key, e->u32_val, &err), 0);
     if (e->f32_key) assert_int_equal(gguf_writer_add_f32(w, e->f32_key, e->f32_val, &err), 0);
+    uint8_t *poked = NULL; /* the writer reads tensor data when it writes */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         if (is(t->name, e->drop_tensor)) continue;
@@ -68,7 +72,16 @@ static const char *copy_with(const char *src, const edit *e)
             ne[1] = e->ne1;
         }
         uint32_t nd = t->n_dims < 2 && is(t->name, e->reshape_tensor) ? 2 : t->n_dims;
-        assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, nd, ne, t->data, &err), 0);
+        const void *data = t->data;
+        if (is(t->name, e->poke_tensor)) {
+            assert_true(e->poke_off < t->n_bytes);
+            poked = malloc(t->n_bytes);
+            assert_non_null(poked);
+            memcpy(poked, t->data, t->n_bytes);
+            poked[e->poke_off] = e->poke_val;
+            data = poked;
+        }
+        assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, nd, ne, data, &err), 0);
     }
     if (e->add_tensor) {
         int64_t ne[1] = {e->add_n};
@@ -78,6 +91,7 @@ static const char *copy_with(const char *src, const edit *e)
     static char out[4200];
     snprintf(out, sizeof(out), "%s/edited.gguf", testdata_scratch_dir());
     if (gguf_writer_write_file(w, out, &err) != 0) fail_msg("%s", err.msg);
+    free(poked);
     gguf_writer_free(w);
     gguf_close(g);
     return out;
@@ -326,6 +340,47 @@ static void test_repack(void **state)
     }
 }
 
+/* A Q8_0 matrix holding a code of -128 (no quantizer writes one) is not
+ * repacked: it stays in the file's layout, the others are packed, and the
+ * model computes the same logits as with nothing repacked. */
+static void test_repack_refused_matrix_stays(void **state)
+{
+    (void)state;
+    /* byte 2 of the tensor: the first code of its first block, after the f16 scale */
+    const edit e = {.poke_tensor = "blk.0.attn_q.weight", .poke_off = 2, .poke_val = 0x80};
+    const char *path = copy_with("llama-Q8_0", &e);
+    model *packed = NULL, *plain = NULL;
+    strata_err err;
+    if (model_open(&packed, path, &err) != 0) fail_msg("%s", err.msg);
+    setenv("STRATA_REPACK", "0", 1);
+    int rc = model_open(&plain, path, &err);
+    unsetenv("STRATA_REPACK");
+    if (rc != 0) fail_msg("%s", err.msg);
+    assert_int_equal(packed->layers[0].wq.type, STRATA_TYPE_Q8_0);
+    assert_true((packed->layers[0].wk.type & TENSOR_PACKED) != 0);
+    assert_true((packed->layers[1].wq.type & TENSOR_PACKED) != 0);
+    const int32_t ids[] = {1, 5, 9, 200};
+    const int64_t n = 4, nv = packed->hp.n_vocab;
+    float *a = malloc(sizeof(float) * (size_t)(n * nv)), *b = malloc(sizeof(float) * (size_t)(n * nv));
+    assert_non_null(a);
+    assert_non_null(b);
+    model_ctx *ca = mt_ctx(packed, 16, 1, 1, 16), *cb = mt_ctx(plain, 16, 1, 1, 16);
+    mt_eval(ca, 0, ids, n, a);
+    mt_eval(cb, 0, ids, n, b);
+    double max_ref = 0, max_diff = 0;
+    for (int64_t i = 0; i < n * nv; i++) {
+        max_ref = fmax(max_ref, fabs((double)b[i]));
+        max_diff = fmax(max_diff, fabs((double)a[i] - (double)b[i]));
+    }
+    assert_true(max_ref > 0 && max_diff <= 1e-4 * max_ref);
+    model_ctx_free(ca);
+    model_ctx_free(cb);
+    free(a);
+    free(b);
+    model_close(packed);
+    model_close(plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_load_errors_name_the_culprit),
         cmocka_unit_test(test_rope_factors_and_scaling),
         cmocka_unit_test(test_repack),
+        cmocka_unit_test(test_repack_refused_matrix_stays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
