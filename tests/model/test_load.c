@@ -280,6 +280,47 @@ static void test_rope_factors_and_scaling(void **state)
     free(got);
 }
 
+/* Opens the file at path twice: as loaded by default (*packed) and with
+ * STRATA_REPACK=0 (*plain, nothing repacked). */
+static void open_packed_and_plain(const char *path, model **packed, model **plain)
+{
+    strata_err err;
+    if (model_open(packed, path, &err) != 0) fail_msg("%s", err.msg);
+    setenv("STRATA_REPACK", "0", 1);
+    int rc = model_open(plain, path, &err);
+    unsetenv("STRATA_REPACK");
+    if (rc != 0) fail_msg("%s", err.msg);
+    assert_null((*plain)->packed);
+}
+
+/* The two models give ids the same logits up to float rounding (1e-4 of
+ * the largest); closes both. */
+static void expect_same_logits(model *packed, model *plain, const int32_t *ids, int64_t n,
+                               int n_threads, const char *label)
+{
+    const int64_t nv = packed->hp.n_vocab;
+    float *a = malloc(sizeof(float) * (size_t)(n * nv));
+    float *b = malloc(sizeof(float) * (size_t)(n * nv));
+    assert_non_null(a);
+    assert_non_null(b);
+    model_ctx *ca = mt_ctx(packed, 64, 1, n_threads, 64), *cb = mt_ctx(plain, 64, 1, n_threads, 64);
+    mt_eval(ca, 0, ids, n, a);
+    mt_eval(cb, 0, ids, n, b);
+    double max_ref = 0, max_diff = 0;
+    for (int64_t i = 0; i < n * nv; i++) {
+        max_ref = fmax(max_ref, fabs((double)b[i]));
+        max_diff = fmax(max_diff, fabs((double)a[i] - (double)b[i]));
+    }
+    printf("# %s: packed vs file layout: max|diff| %.3g of %.3g\n", label, max_diff, max_ref);
+    assert_true(max_ref > 0 && max_diff <= 1e-4 * max_ref);
+    model_ctx_free(ca);
+    model_ctx_free(cb);
+    free(a);
+    free(b);
+    model_close(packed);
+    model_close(plain);
+}
+
 /* Matrices of Q4_0, Q8_0 and Q4_K are repacked at load (tensor/pack.h);
  * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
  * float rounding. */
@@ -293,12 +334,10 @@ static void test_repack(void **state)
     const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3, 7};
     const int64_t n = (int64_t)(sizeof ids / sizeof ids[0]);
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[4096];
+        TESTDATA_FILE(path, files[f]);
         model *packed = NULL, *plain = NULL;
-        MT_OPEN(packed, files[f]);
-        setenv("STRATA_REPACK", "0", 1);
-        MT_OPEN(plain, files[f]);
-        unsetenv("STRATA_REPACK");
-        assert_null(plain->packed);
+        open_packed_and_plain(path, &packed, &plain);
         const bool packable = strstr(files[f], "Q6_K") == NULL;
         /* every layer matrix of a packable type is packed (their row
          * counts are multiples of 8 in these files); a Q6_K file has none */
@@ -316,27 +355,7 @@ static void test_repack(void **state)
         /* token lookups still read the file's layout */
         assert_int_equal(packed->tok_embd.type & TENSOR_PACKED, 0);
 
-        const int64_t nv = packed->hp.n_vocab;
-        float *a = malloc(sizeof(float) * (size_t)(n * nv));
-        float *b = malloc(sizeof(float) * (size_t)(n * nv));
-        assert_non_null(a);
-        assert_non_null(b);
-        model_ctx *ca = mt_ctx(packed, 64, 1, 2, 64), *cb = mt_ctx(plain, 64, 1, 2, 64);
-        mt_eval(ca, 0, ids, n, a);
-        mt_eval(cb, 0, ids, n, b);
-        double max_ref = 0, max_diff = 0;
-        for (int64_t i = 0; i < n * nv; i++) {
-            max_ref = fmax(max_ref, fabs((double)b[i]));
-            max_diff = fmax(max_diff, fabs((double)a[i] - (double)b[i]));
-        }
-        printf("# %s: packed vs file layout: max|diff| %.3g of %.3g\n", files[f], max_diff, max_ref);
-        assert_true(max_diff <= 1e-4 * max_ref);
-        model_ctx_free(ca);
-        model_ctx_free(cb);
-        free(a);
-        free(b);
-        model_close(packed);
-        model_close(plain);
+        expect_same_logits(packed, plain, ids, n, 2, files[f]);
     }
 }
 
@@ -350,35 +369,12 @@ static void test_repack_refused_matrix_stays(void **state)
     const edit e = {.poke_tensor = "blk.0.attn_q.weight", .poke_off = 2, .poke_val = 0x80};
     const char *path = copy_with("llama-Q8_0", &e);
     model *packed = NULL, *plain = NULL;
-    strata_err err;
-    if (model_open(&packed, path, &err) != 0) fail_msg("%s", err.msg);
-    setenv("STRATA_REPACK", "0", 1);
-    int rc = model_open(&plain, path, &err);
-    unsetenv("STRATA_REPACK");
-    if (rc != 0) fail_msg("%s", err.msg);
+    open_packed_and_plain(path, &packed, &plain);
     assert_int_equal(packed->layers[0].wq.type, STRATA_TYPE_Q8_0);
     assert_true((packed->layers[0].wk.type & TENSOR_PACKED) != 0);
     assert_true((packed->layers[1].wq.type & TENSOR_PACKED) != 0);
     const int32_t ids[] = {1, 5, 9, 200};
-    const int64_t n = 4, nv = packed->hp.n_vocab;
-    float *a = malloc(sizeof(float) * (size_t)(n * nv)), *b = malloc(sizeof(float) * (size_t)(n * nv));
-    assert_non_null(a);
-    assert_non_null(b);
-    model_ctx *ca = mt_ctx(packed, 16, 1, 1, 16), *cb = mt_ctx(plain, 16, 1, 1, 16);
-    mt_eval(ca, 0, ids, n, a);
-    mt_eval(cb, 0, ids, n, b);
-    double max_ref = 0, max_diff = 0;
-    for (int64_t i = 0; i < n * nv; i++) {
-        max_ref = fmax(max_ref, fabs((double)b[i]));
-        max_diff = fmax(max_diff, fabs((double)a[i] - (double)b[i]));
-    }
-    assert_true(max_ref > 0 && max_diff <= 1e-4 * max_ref);
-    model_ctx_free(ca);
-    model_ctx_free(cb);
-    free(a);
-    free(b);
-    model_close(packed);
-    model_close(plain);
+    expect_same_logits(packed, plain, ids, 4, 1, "llama-Q8_0 with a -128 code");
 }
 
 int main(void)
