@@ -4,9 +4,16 @@
 #include "base/err.h"
 #include "gguf/types.h"
 #include "tensor/pack_internal.h"
+#include "tensor/fp16.h"
 #include "tensor/quant.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 typedef struct x8_type {
     size_t block_bytes;            /* one interleaved block of 8 rows */
@@ -106,4 +113,25 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type)
     if (tensor_x8_block_elems(type) == 0) return NULL;
     if (type == STRATA_TYPE_Q4_0) return tensor_x8_q4_0_quantize_act;
     return tensor_get_quant(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0);
+}
+
+void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_isum32_fn isum,
+                        const void *x, size_t xs, float *y, size_t ys, int nt)
+{
+    const int64_t nb = n / TENSOR_QK;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + (size_t)t * xs);
+        float acc[8] = {0};
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const char *blk = (const char *)w + (size_t)ib * block_bytes;
+            uint16_t d[8];
+            memcpy(d, blk, sizeof d);
+            const float dx = tensor_f16_to_f32(xb[ib].d);
+            for (int r = 0; r < 8; r++) {
+                float dd = tensor_f16_to_f32(d[r]) * dx;
+                acc[r] = fmaf((float)isum(blk, r, xb[ib].qs), dd, acc[r]);
+            }
+        }
+        for (int r = 0; r < 8; r++) y[(size_t)t * ys + r] = acc[r];
+    }
 }

@@ -114,6 +114,15 @@ void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
                          size_t ys, int nt);
 #endif
 
+/* The scalar references of the 32-element types (Q4_0, Q8_0, with Q8_0
+ * activations) share their frame: the float steps above, per token, block
+ * and row, around isum(block, r, codes), the exact dot product of row r of
+ * an interleaved block with a block's 32 activation codes. Both block
+ * structs start with the 8 rows' f16 scales. */
+typedef int32_t (*tensor_x8_isum32_fn)(const void *block, int r, const int8_t *xq);
+void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_isum32_fn isum,
+                        const void *x, size_t xs, float *y, size_t ys, int nt);
+
 /* The x8 kernel for a plain type at exactly `level` (no fallback), or NULL.
  * For tests and benchmarks; tensor_matmul uses the process's level. */
 tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level);

@@ -65,30 +65,23 @@ void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n)
     }
 }
 
+static int32_t q4_0x8_isum(const void *block, int r, const int8_t *xq)
+{
+    const block_q4_0x8 *b = block;
+    int32_t isum = 0;
+    for (int m = 0; m < 4; m++)
+        for (int e = 0; e < 4; e++) {
+            uint8_t q = b->qs[32 * m + 4 * r + e];
+            isum += ((q & 15) - 8) * xq[8 * m + e];
+            isum += ((q >> 4) - 8) * xq[8 * m + 4 + e];
+        }
+    return isum;
+}
+
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt)
 {
-    const block_q4_0x8 *wb = w;
-    const int64_t nb = n / TENSOR_QK;
-    for (int t = 0; t < nt; t++) {
-        const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + (size_t)t * xs);
-        float acc[8] = {0};
-        for (int64_t ib = 0; ib < nb; ib++) {
-            const float dx = tensor_f16_to_f32(xb[ib].d);
-            for (int r = 0; r < 8; r++) {
-                int32_t isum = 0;
-                for (int m = 0; m < 4; m++)
-                    for (int e = 0; e < 4; e++) {
-                        uint8_t q = wb[ib].qs[32 * m + 4 * r + e];
-                        isum += ((q & 15) - 8) * xb[ib].qs[8 * m + e];
-                        isum += ((q >> 4) - 8) * xb[ib].qs[8 * m + 4 + e];
-                    }
-                float dd = tensor_f16_to_f32(wb[ib].d[r]) * dx;
-                acc[r] = fmaf((float)isum, dd, acc[r]);
-            }
-        }
-        for (int r = 0; r < 8; r++) y[(size_t)t * ys + r] = acc[r];
-    }
+    tensor_x8_scalar32(n, w, sizeof(block_q4_0x8), q4_0x8_isum, x, xs, y, ys, nt);
 }
 
 #if defined(__x86_64__)
