@@ -110,7 +110,10 @@ static void test_every_golden_render_matches(void **state)
 
     char *names[MAX_TEMPLATES];
     size_t n = list_stems(dir, ".jinja", names, MAX_TEMPLATES);
-    assert_true(n >= 57);
+    /* The reference data holds 71 templates and 69 renders (two templates
+     * raise); a floor, not an equality, so that data which grows keeps
+     * passing while a partial copy of it does not. */
+    assert_true(n >= 71);
     size_t n_golden = 0, n_pass = 0, n_raise = 0;
     for (size_t i = 0; i < n; i++) {
         char tpath[4400], gpath[4096], rel[512];
@@ -152,7 +155,14 @@ static void test_every_golden_render_matches(void **state)
                   n_pass, n_golden, n_raise, n - n_golden);
     for (size_t i = 0; i < n; i++) free(names[i]);
     json_decref(doc);
-    assert_int_equal(n_golden, 55);
+    /* every render of golden/templates was compared (none skipped) */
+    char gdir[4096];
+    TESTDATA_FILE(gdir, "golden/templates");
+    char *gnames[MAX_TEMPLATES];
+    size_t n_golden_files = list_stems(gdir, ".txt", gnames, MAX_TEMPLATES);
+    for (size_t i = 0; i < n_golden_files; i++) free(gnames[i]);
+    assert_true(n_golden >= 69);
+    assert_int_equal(n_golden, n_golden_files);
     assert_int_equal(n_pass, n_golden);
     assert_int_equal(n_raise, n - n_golden);
 }
@@ -193,7 +203,7 @@ static void test_no_orphan_golden_files(void **state)
     TESTDATA_FILE(tdir, "chat-templates/llama.cpp-jinja");
     char *names[MAX_TEMPLATES];
     size_t n = list_stems(gdir, ".txt", names, MAX_TEMPLATES);
-    assert_int_equal(n, 55);
+    assert_true(n >= 69);
     for (size_t i = 0; i < n; i++) {
         char p[4400];
         snprintf(p, sizeof(p), "%s/%s.jinja", tdir, names[i]);
