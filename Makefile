@@ -9,8 +9,15 @@ ASAN_BUILD  ?= build-asan
 FUZZ_BUILD  ?= build-fuzz
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
-WERROR      ?= OFF
+# Warnings are errors in every build of $(BUILD), so that `make run` after
+# `make test` (or the other way round) reuses the same build: one
+# configuration, nothing rebuilt. `make run WERROR=OFF` for a compiler that
+# warns where ours does not (it reconfigures, and so rebuilds, once).
+WERROR      ?= ON
 MODEL       ?=
+
+# The one configuration of $(BUILD), shared by build, check and e2e.
+CONFIGURE   = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
 
 .PHONY: all deps build run test check asan fuzz e2e clean
 
@@ -20,7 +27,7 @@ deps:
 	@bash scripts/deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
+	$(CONFIGURE)
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: strata serve on MODEL (PORT=8080), until Ctrl-C.
@@ -29,7 +36,7 @@ run: build
 
 # The normal suite: warnings are errors, as in CI.
 check: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON >/dev/null
+	$(CONFIGURE)
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -46,12 +53,10 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-# The end-to-end tests (tests/e2e/, scripts/e2e.sh) on $(BUILD)/strata: built
-# with $(BUILD)'s own configuration when it has one, so that after `check`
-# nothing is rebuilt.
+# The end-to-end tests (tests/e2e/, scripts/e2e.sh) on $(BUILD)/strata, in
+# the same configuration, so that after `check` nothing is rebuilt.
 e2e: deps
-	@test -f $(BUILD)/CMakeCache.txt || \
-	    cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$(WERROR) >/dev/null
+	$(CONFIGURE)
 	cmake --build $(BUILD) -j $(JOBS) --target strata
 	bash scripts/e2e.sh $(BUILD)
 

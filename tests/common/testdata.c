@@ -22,6 +22,11 @@ static int is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+const char *testdata_source_dir(void)
+{
+    return STRATA_SOURCE_DIR;
+}
+
 const char *testdata_dir(void)
 {
     static char dir[4096];

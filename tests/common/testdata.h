@@ -9,6 +9,9 @@
 
 #include <stddef.h>
 
+/* The project's root (the folder of the top CMakeLists.txt). */
+const char *testdata_source_dir(void);
+
 /* The data folder, or NULL when neither place has it. */
 const char *testdata_dir(void);
 
