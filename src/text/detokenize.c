@@ -6,6 +6,8 @@
  *   BYTE (<0xNN>)        the byte NN
  *   NORMAL, SPM          "▁" -> space
  *   NORMAL, BPE          GPT-2's mapped characters -> their bytes
+ *   NORMAL, BPE over     "▁" -> space (Gemma 4)
+ *   characters
  *   NORMAL, WPM          "▁word" -> " word" (or, in "##" vocabs, "##ing" ->
  *                        "ing" and "word" -> " word")
  *   USER_DEFINED         the text as is ("▁" -> space for SPM/WPM)
@@ -86,7 +88,7 @@ static size_t piece_into(const vocab *v, int32_t id, bool special, char *dst)
         memcpy(dst, s, t->len);
         return t->len;
     case VOCAB_TOKEN_USER_DEFINED:
-        if (v->kind == VOCAB_KIND_BPE) {
+        if (v->kind == VOCAB_KIND_BPE && !v->bpe_chars) {
             memcpy(dst, s, t->len);
             return t->len;
         }
@@ -94,7 +96,9 @@ static size_t piece_into(const vocab *v, int32_t id, bool special, char *dst)
     default: break;
     }
     switch (v->kind) {
-    case VOCAB_KIND_BPE: return unmap_bytes(v, s, t->len, dst);
+    case VOCAB_KIND_BPE:
+        if (v->bpe_chars) return unescape_spaces(s, t->len, dst);
+        return unmap_bytes(v, s, t->len, dst);
     case VOCAB_KIND_WPM:
         if (!v->wpm_phantom) {
             if (t->len >= 2 && s[0] == '#' && s[1] == '#') {

@@ -40,6 +40,17 @@
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"                  \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* Qwen 3.5: as Qwen2, with combining marks (\p{M}) counted as letters, so
+ * that a base letter and its marks stay one word ("e\u0301", Khmer vowel
+ * signs), and excluded from the punctuation run. The contractions are
+ * spelled letter by letter rather than as (?i:...): under PCRE2's Unicode
+ * case folding "s" would also match U+017F (long s), which llama.cpp's
+ * pattern for this family ("'[sS]") does not. */
+#define RE_QWEN35                                                                         \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"                            \
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                                       \
+    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 /* o200k (GPT-4o, Llama 4): case-aware letter runs with contractions. */
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
@@ -102,6 +113,7 @@ static const pretok_family k_families[] = {
     {"llama3", {RE_LLAMA3}, true, true},
     {"llama3-like", {RE_LLAMA3}, false, false}, /* dbrx, smaug, chatglm4 */
     {"qwen2", {RE_QWEN2}, false, false},
+    {"qwen35", {RE_QWEN35}, false, false},
     {"deepseek-llm",
      {"[\\r\\n]", "\\s?[" RE_DS_LETTERS "]+",
       "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
@@ -121,6 +133,11 @@ static const pretok_family k_families[] = {
     {"starcoder", {"\\p{N}", RE_GPT2}, false, false},
     {"gpt-4o", {RE_GPT4O}, false, false},
     {"tekken", {RE_TEKKEN}, true, true},
+    /* Gemma 4's character BPE: no word splitting at all, only runs of
+     * newlines cut apart from the rest (its merges never join a newline
+     * with anything else, so this changes no result, it only bounds the
+     * length of what is merged at once). */
+    {"gemma4", {"[^\\n]+|[\\n]+"}, false, true},
     {"bloom", {" ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"}, false, false},
     {"viking", {" ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+", "\\p{N}"},
      false, false},
@@ -140,7 +157,7 @@ static const struct {
     {"falcon3", "llama3"},      {"falcon-h1", "llama3"},     {"dbrx", "llama3-like"},
     {"smaug-bpe", "llama3-like"}, {"chatglm-bpe", "llama3-like"},
     {"qwen2", "qwen2"},         {"stablelm2", "qwen2"},      {"deepseek-r1-qwen", "qwen2"},
-    {"megrez", "qwen2"},
+    {"megrez", "qwen2"},         {"qwen35", "qwen35"},
     {"deepseek-llm", "deepseek-llm"}, {"deepseek-coder", "deepseek-coder"},
     {"deepseek-v3", "deepseek-v3"},
     {"falcon", "falcon"},
@@ -150,7 +167,7 @@ static const struct {
     {"gpt-4o", "gpt-4o"},       {"llama4", "gpt-4o"},
     {"tekken", "tekken"},       {"pixtral", "tekken"},
     {"bloom", "bloom"},         {"poro-chat", "bloom"},      {"gpt3-finnish", "bloom"},
-    {"viking", "viking"},
+    {"viking", "viking"},       {"gemma4", "gemma4"},
 };
 
 struct tok_pretok {

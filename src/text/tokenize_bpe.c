@@ -1,10 +1,26 @@
-/* Byte-level BPE (tokenizer.ggml.model = "gpt2").
+/* BPE with merges: byte-level (tokenizer.ggml.model = "gpt2") and over
+ * characters (tokenizer.ggml.model = "gemma4").
  *
- * The text is cut into words by the family's pre-tokenizer (pretokenize.c).
- * Each byte of a word starts as the token of its GPT-2 mapped character
- * (vocab.byte_token); then, repeatedly, the adjacent pair with the lowest
- * merge rank is replaced by its merged token, the leftmost pair first among
- * equal ranks, until no adjacent pair has a merge.
+ * Byte-level: the text is cut into words by the family's pre-tokenizer
+ * (pretokenize.c). Each byte of a word starts as the token of its GPT-2
+ * mapped character (vocab.byte_token); then, repeatedly, the adjacent pair
+ * with the lowest merge rank is replaced by its merged token, the leftmost
+ * pair first among equal ranks, until no adjacent pair has a merge.
+ *
+ * Characters (Gemma 4), the rules of llama.cpp's tokenizer for it:
+ *   - every space becomes "▁" (U+2581) first; nothing else is normalised
+ *     and no space is put in front;
+ *   - words are the runs of newlines and the runs of everything else;
+ *   - a word made only of newlines that is itself a token is that token
+ *     (the vocab has "\n" .. 31 newlines as tokens);
+ *   - otherwise each UTF-8 character starts as its token (-1 when it is no
+ *     token, which then never merges), merged by rank as above;
+ *   - a character that is no token becomes the <0xNN> tokens of its bytes
+ *     (a byte without one is dropped, as llama.cpp drops it).
+ *   Bytes that are not valid UTF-8 are one symbol each and so always come
+ *   out as their <0xNN> token: lossless. (llama.cpp would take a stray lead
+ *   byte together with the bytes after it; that differs only on invalid
+ *   input.)
  *
  * Cost: the candidate pairs sit in a binary heap keyed by (rank, position);
  * a merge invalidates at most two entries, which are skipped lazily when
@@ -25,6 +41,7 @@ typedef struct bpe_cand {
 /* Scratch reused across the words of one call. */
 typedef struct bpe_scratch {
     int32_t *id;
+    uint32_t *off;         /* byte offset of each symbol in the word (chars) */
     uint32_t *prev, *next; /* links between live symbols; UINT32_MAX: none */
     bpe_cand *heap;
     size_t n_heap, cap;  /* cap: symbols room; heap room is 3 * cap */
@@ -39,6 +56,8 @@ static int scratch_reserve(bpe_scratch *s, size_t n)
     if (cap > SIZE_MAX / (3 * sizeof(bpe_cand))) return -1;
     int32_t *id = realloc(s->id, cap * sizeof(*id));
     if (id) s->id = id;
+    uint32_t *off = realloc(s->off, cap * sizeof(*off));
+    if (off) s->off = off;
     uint32_t *prev = realloc(s->prev, cap * sizeof(*prev));
     if (prev) s->prev = prev;
     uint32_t *next = realloc(s->next, cap * sizeof(*next));
@@ -47,7 +66,7 @@ static int scratch_reserve(bpe_scratch *s, size_t n)
     if (heap) s->heap = heap;
     char *mapped = realloc(s->mapped, 2 * cap);
     if (mapped) s->mapped = mapped;
-    if (!id || !prev || !next || !heap || !mapped) return -1;
+    if (!id || !off || !prev || !next || !heap || !mapped) return -1;
     s->cap = cap;
     return 0;
 }
@@ -55,6 +74,7 @@ static int scratch_reserve(bpe_scratch *s, size_t n)
 static void scratch_free(bpe_scratch *s)
 {
     free(s->id);
+    free(s->off);
     free(s->prev);
     free(s->next);
     free(s->heap);
@@ -113,6 +133,8 @@ static int push_id(const vocab *v, tok_ivec *out, int32_t id)
     return tok_ivec_push(out, id);
 }
 
+static void merge_symbols(const vocab *v, bpe_scratch *s, size_t n);
+
 static int bpe_word(const vocab *v, const uint8_t *w, size_t n, bpe_scratch *s, tok_ivec *out)
 {
     if (n == 1) return push_id(v, out, v->byte_token[w[0]]);
@@ -133,9 +155,20 @@ static int bpe_word(const vocab *v, const uint8_t *w, size_t n, bpe_scratch *s, 
         int32_t whole = m > 0 ? vocab_find(v, s->mapped, m) : -1;
         if (whole >= 0) return tok_ivec_push(out, whole);
     }
+    for (size_t i = 0; i < n; i++) s->id[i] = v->byte_token[w[i]];
+    merge_symbols(v, s, n);
+    for (uint32_t i = 0; i != UINT32_MAX; i = s->next[i]) {
+        if (push_id(v, out, s->id[i]) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Merges the symbols s->id[0..n) (n >= 1) by rank; the live symbols are
+ * then the chain from 0 along s->next. */
+static void merge_symbols(const vocab *v, bpe_scratch *s, size_t n)
+{
     s->n_heap = 0;
     for (size_t i = 0; i < n; i++) {
-        s->id[i] = v->byte_token[w[i]];
         s->prev[i] = i == 0 ? UINT32_MAX : (uint32_t)(i - 1);
         s->next[i] = i + 1 == n ? UINT32_MAX : (uint32_t)(i + 1);
     }
@@ -156,28 +189,90 @@ static int bpe_word(const vocab *v, const uint8_t *w, size_t n, bpe_scratch *s, 
         try_pair(v, s, s->prev[c.left], c.left);
         try_pair(v, s, c.left, after);
     }
+}
+
+/* One word of a character BPE (see the top of the file). */
+static int bpe_char_word(const vocab *v, const uint8_t *w, size_t n, bpe_scratch *s, tok_ivec *out)
+{
+    if (w[0] == '\n') {
+        /* The pre-tokenizer makes newline runs words of their own. */
+        int32_t whole = vocab_find(v, (const char *)w, n);
+        if (whole >= 0) return tok_ivec_push(out, whole);
+    }
+    if (scratch_reserve(s, n) != 0) return -1;
+    size_t n_sym = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t cl = tok_utf8_decode(w + i, n - i, &cp);
+        if (cl == 0) cl = 1; /* not valid UTF-8: a byte alone */
+        s->off[n_sym] = (uint32_t)i;
+        s->id[n_sym] = vocab_find(v, (const char *)w + i, cl);
+        n_sym++;
+        i += cl;
+    }
+    merge_symbols(v, s, n_sym);
     for (uint32_t i = 0; i != UINT32_MAX; i = s->next[i]) {
-        if (push_id(v, out, s->id[i]) != 0) return -1;
+        if (s->id[i] >= 0) {
+            if (tok_ivec_push(out, s->id[i]) != 0) return -1;
+            continue;
+        }
+        /* Only a starting symbol can be no token (merges make tokens), so
+         * it still spans one character: up to the next symbol's start. */
+        size_t end = i + 1 < n_sym ? s->off[i + 1] : n;
+        for (size_t b = s->off[i]; b < end; b++) {
+            int32_t id = v->byte_token[w[b]];
+            if (id >= 0 && tok_ivec_push(out, id) != 0) return -1;
+        }
     }
     return 0;
 }
 
+/* Gemma 4 sees every space as "▁". */
+static char *escape_spaces(const char *text, size_t len, size_t *n_out)
+{
+    size_t n_spaces = 0;
+    for (size_t i = 0; i < len; i++) n_spaces += text[i] == ' ';
+    char *esc = malloc(len + 2 * n_spaces + 1);
+    if (esc == NULL) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(esc + k, "\xe2\x96\x81", 3);
+            k += 3;
+        } else {
+            esc[k++] = text[i];
+        }
+    }
+    *n_out = k;
+    return esc;
+}
+
 int tok_bpe_encode(const vocab *v, const char *text, size_t len, tok_ivec *out, strata_err *err)
 {
+    char *esc = NULL;
+    if (v->bpe_chars) {
+        if ((esc = escape_spaces(text, len, &len)) == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+        text = esc;
+    }
     tok_spanvec words = {0};
     int rc = tok_pretok_split(v->pretok, text, len, &words, err);
     if (rc != 0) {
         tok_spanvec_free(&words);
+        free(esc);
         return rc;
     }
     bpe_scratch s = {0};
     for (size_t i = 0; i < words.n; i++) {
-        if (bpe_word(v, (const uint8_t *)text + words.s[i].off, words.s[i].len, &s, out) != 0) {
+        const uint8_t *w = (const uint8_t *)text + words.s[i].off;
+        int wrc = v->bpe_chars ? bpe_char_word(v, w, words.s[i].len, &s, out)
+                               : bpe_word(v, w, words.s[i].len, &s, out);
+        if (wrc != 0) {
             rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
             break;
         }
     }
     scratch_free(&s);
     tok_spanvec_free(&words);
+    free(esc);
     return rc;
 }

@@ -17,6 +17,9 @@
  *      BPE  — the family's pre-tokenizer regexes split the text into words;
  *             each word's bytes are mapped to GPT-2's printable characters
  *             and merged by lowest merge rank (leftmost first on ties).
+ *             Gemma 4's BPE merges UTF-8 characters instead, spaces as "▁",
+ *             lines and newline runs as words, <0xNN> for a character that
+ *             is no token (tokenize_bpe.c).
  *      WPM  — BERT's normalizer (control characters dropped, NFD; for an
  *             uncased vocab accents stripped and lowercased), words split on
  *             whitespace, punctuation and CJK characters, then greedy

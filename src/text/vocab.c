@@ -486,7 +486,7 @@ static void build_byte_tables(vocab *v)
 {
     for (int i = 0; i < 256; i++) v->byte_token[i] = -1;
     for (int i = 0; i < 324; i++) v->unmap[i] = -1;
-    if (v->kind == VOCAB_KIND_BPE) {
+    if (v->kind == VOCAB_KIND_BPE && !v->bpe_chars) {
         uint32_t extra = 0;
         for (int b = 0; b < 256; b++) {
             uint32_t cp = gpt2_byte_to_cp((uint8_t)b, &extra);
@@ -559,11 +559,19 @@ int vocab_load(vocab **out, const gguf *g, strata_err *err)
 #define MODEL_IS(s) (model.len == strlen(s) && memcmp(model.ptr, s, model.len) == 0)
     if (MODEL_IS("llama")) v->kind = VOCAB_KIND_SPM;
     else if (MODEL_IS("gpt2")) v->kind = VOCAB_KIND_BPE;
+    else if (MODEL_IS("gemma4")) {
+        /* Gemma 4: BPE with merges, over UTF-8 characters with spaces as
+         * "▁" and <0xNN> byte fallback, like SentencePiece's text but
+         * merged by rank (tokenize_bpe.c). */
+        v->kind = VOCAB_KIND_BPE;
+        v->bpe_chars = true;
+    }
     else if (MODEL_IS("bert")) v->kind = VOCAB_KIND_WPM;
     else if (MODEL_IS("none") || model.len == 0) v->kind = VOCAB_KIND_NONE;
     else {
         free(v);
-        return strata_err_set(err, STRATA_EUNSUPPORTED, "%s = '%.*s' is not supported (llama, gpt2, bert, none)",
+        return strata_err_set(err, STRATA_EUNSUPPORTED,
+                              "%s = '%.*s' is not supported (llama, gpt2, gemma4, bert, none)",
                               KEY_MODEL, (int)(model.len > 32 ? 32 : model.len), model.ptr);
     }
 #undef MODEL_IS
@@ -593,12 +601,19 @@ int vocab_load(vocab **out, const gguf *g, strata_err *err)
     if (v->kind == VOCAB_KIND_BPE) {
         if ((rc = load_merges(v, g, err)) != 0) goto fail;
         bool family_add_bos = false;
-        if ((rc = tok_pretok_compile(&v->pretok, v->pre, &v->ignore_merges, &family_add_bos, err)) != 0) {
+        /* Gemma 4's files carry no tokenizer.ggml.pre (or any value): its
+         * splitting is part of the tokenizer model, as in llama.cpp, which
+         * sets the pre-tokenizer "gemma4" whatever the file says. */
+        const char *pre_name = v->bpe_chars ? "gemma4" : v->pre;
+        if ((rc = tok_pretok_compile(&v->pretok, pre_name, &v->ignore_merges, &family_add_bos, err)) != 0) {
             goto fail;
         }
-        /* The family's habit, unless the file says otherwise. */
+        /* The family's habit, unless the file says otherwise; Gemma 4 always
+         * starts with BOS (llama.cpp turns add_bos on for it even when the
+         * file says false). */
         bool key_add_bos;
-        if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &key_add_bos, NULL) != 0) {
+        if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &key_add_bos, NULL) != 0 ||
+            (v->bpe_chars && !v->add_bos)) {
             v->add_bos = family_add_bos && v->sp.bos >= 0;
         }
     }

@@ -18,7 +18,8 @@
  * Defaults when a key is absent follow llama.cpp's documented behaviour:
  * SentencePiece (`llama`) adds BOS and not EOS, prefixes a space and uses
  * BOS 1 / EOS 2 / UNK 0; byte-level BPE (`gpt2`) adds BOS only for the
- * families that do (llama3, tekken, ...); WordPiece (`bert`) wraps the text
+ * families that do (llama3, tekken, ...); Gemma 4 (`gemma4`) always adds
+ * BOS; WordPiece (`bert`) wraps the text
  * in [CLS] ... [SEP]. `tokenizer.ggml.add_bos_token` / `add_eos_token` /
  * `add_sep_token` / `add_space_prefix` override those. */
 #ifndef STRATA_TEXT_VOCAB_H
@@ -34,7 +35,9 @@
 enum vocab_kind {
     VOCAB_KIND_NONE = 0, /* "none": ids only, nothing to tokenize with */
     VOCAB_KIND_SPM = 1,  /* "llama": SentencePiece BPE by score, byte fallback */
-    VOCAB_KIND_BPE = 2,  /* "gpt2": byte-level BPE with merges */
+    VOCAB_KIND_BPE = 2,  /* "gpt2": byte-level BPE with merges; "gemma4": BPE
+                            with merges over UTF-8 characters (spaces as
+                            "▁", <0xNN> byte fallback) */
     VOCAB_KIND_WPM = 3,  /* "bert": WordPiece */
 };
 

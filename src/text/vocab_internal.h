@@ -85,6 +85,10 @@ struct vocab {
     vocab_special sp;
     bool add_bos, add_eos, add_space_prefix;
     bool ignore_merges;   /* BPE: a word that is a token is taken whole */
+    bool bpe_chars;       /* BPE over UTF-8 characters, not GPT-2's byte map
+                             (tokenizer.ggml.model "gemma4"): spaces are "▁",
+                             a character that is no token becomes its bytes'
+                             <0xNN> tokens (see tokenize_bpe.c) */
     bool spm_word_cuts;   /* SPM: no merge target holds "▁" after another
                              character, so words can be merged apart */
     bool *eog;            /* n_tokens flags: ends generation */
@@ -96,7 +100,8 @@ struct vocab {
     size_t n_trie;
     int32_t *special_rank; /* n_tokens: priority of a special token (0 first), -1 if none */
 
-    /* SPM: the <0xNN> tokens; BPE: the token of each byte's mapped char. */
+    /* SPM and character BPE: the <0xNN> tokens; byte-level BPE: the token
+     * of each byte's mapped char. */
     int32_t byte_token[256];
     /* BPE: code point (< 324) of GPT-2's byte map -> byte, or -1. */
     int16_t unmap[324];
