@@ -170,6 +170,11 @@ SUITE(test_falcon, "falcon")
 SUITE(test_deepseek_llm, "deepseek-llm")
 SUITE(test_deepseek_coder, "deepseek-coder")
 SUITE(test_bert_bge, "bert-bge")
+SUITE(test_llama_bpe, "llama-bpe")
+SUITE(test_qwen2, "qwen2")
+SUITE(test_qwen35, "qwen35")
+SUITE(test_gemma_4, "gemma-4")
+SUITE(test_command_r, "command-r")
 
 /* Every suite in the folder is one of the above: a new file must not be
  * skipped silently. */
@@ -178,7 +183,8 @@ static void test_every_suite_is_run(void **state)
     (void)state;
     TESTDATA_REQUIRE();
     static const char *known[] = {"llama-spm", "phi-3", "gpt-2", "mpt", "starcoder", "refact",
-                                  "falcon", "deepseek-llm", "deepseek-coder", "bert-bge"};
+                                  "falcon", "deepseek-llm", "deepseek-coder", "bert-bge",
+                                  "llama-bpe", "qwen2", "qwen35", "gemma-4", "command-r"};
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/tokenizer", testdata_dir());
     DIR *d = opendir(dir);
@@ -201,7 +207,7 @@ static void test_every_suite_is_run(void **state)
         n_found++;
     }
     closedir(d);
-    assert_int_equal(n_found, 10);
+    assert_int_equal(n_found, (int)(sizeof(known) / sizeof(known[0])));
 }
 
 /* The vocabs without a suite load and tokenize (baichuan: SPM with
@@ -254,6 +260,11 @@ int main(void)
         cmocka_unit_test(test_deepseek_llm),
         cmocka_unit_test(test_deepseek_coder),
         cmocka_unit_test(test_bert_bge),
+        cmocka_unit_test(test_llama_bpe),
+        cmocka_unit_test(test_qwen2),
+        cmocka_unit_test(test_qwen35),
+        cmocka_unit_test(test_gemma_4),
+        cmocka_unit_test(test_command_r),
         cmocka_unit_test(test_every_suite_is_run),
         cmocka_unit_test(test_vocabs_without_suite_load),
     };
