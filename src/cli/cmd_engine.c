@@ -37,7 +37,9 @@ static void engine_usage(FILE *f)
             "                      K x N positions\n"
             "  -t, --threads N     threads of the forward pass (default: the CPUs)\n"
             "  --batch B           token budget of one step: all decoding sequences plus\n"
-            "                      prompt chunks (default %d)\n",
+            "                      prompt chunks (default %d)\n\n"
+            "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
+            "the start of step N while pings are still answered (src/engine/protocol.h).\n",
             ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_BATCH);
 }
 
@@ -91,6 +93,15 @@ int cmd_engine(int argc, char **argv)
         engine_usage(stderr);
         return 2;
     }
+    /* The fault-injection hook of protocol.h, for tests of the server's
+     * watchdog; a bad value is refused rather than ignored. */
+    long long hang_at = 0;
+    const char *hang = getenv("STRATA_TEST_HANG_AT_STEP");
+    if (hang != NULL && hang[0] != '\0') {
+        if (parse_int("STRATA_TEST_HANG_AT_STEP", hang, 1, INT64_MAX, &hang_at) != 0) return 2;
+        LOG_WARN("engine: STRATA_TEST_HANG_AT_STEP=%lld: the scheduler will hang at that step "
+                 "(a test hook)", hang_at);
+    }
     /* A server that goes away must not kill us mid-write: the write fails
      * with EPIPE instead and the loop ends. */
     signal(SIGPIPE, SIG_IGN);
@@ -101,7 +112,7 @@ int cmd_engine(int argc, char **argv)
     int rc = model_open(&m, path, &err);
     if (rc == 0) {
         engine_params p = {.n_slots = (int)slots, .n_ctx = n_ctx, .n_batch = batch,
-                           .n_threads = (int)threads};
+                           .n_threads = (int)threads, .hang_at_step = hang_at};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {

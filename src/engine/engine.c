@@ -15,9 +15,11 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum req_state {
     REQ_QUEUED,
@@ -79,6 +81,19 @@ struct engine {
     float *embd;              /* (n_batch, n_embd) */
     char kv_type[8];
     char arch[32];
+    int64_t kv_bytes;         /* the pool's, for `ready` and `pong` */
+    engine_end_fn on_end;     /* engine_set_end_hook */
+    void *on_end_ctx;
+    int64_t hang_at_step;     /* test hook (engine_params) */
+    /* progress_lock: what engine_get_progress reads (engine.h "Progress") */
+    pthread_mutex_t progress_lock;
+    int64_t pg_steps;         /* completed */
+    bool pg_running;
+    double pg_start_ms;       /* of the running step */
+    int64_t pg_tokens;        /* of the running step's batch; 0 until it is built */
+    double pg_cost[PROTO_PONG_COST_STEPS]; /* ms per token of recent steps, a ring */
+    int pg_n_cost, pg_i_cost;
+    int64_t pg_kv_used;       /* blocks held, at the end of the last step */
 };
 
 /* ---- set-up ---- */
@@ -146,6 +161,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->n_vocab = m->hp.n_vocab;
     e->n_embd = m->hp.n_embd;
     e->accepting = true;
+    e->hang_at_step = p->hang_at_step > 0 ? p->hang_at_step : 0;
+    pthread_mutex_init(&e->progress_lock, NULL);
     e->seed_state = (uint64_t)strata_clock_ns();
     snprintf(e->kv_type, sizeof(e->kv_type), "f16");
     snprintf(e->arch, sizeof(e->arch), "%s", m->hp.arch_name ? m->hp.arch_name : "?");
@@ -155,10 +172,13 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
                            .n_batch = n_batch, .n_threads = p->n_threads};
     int rc = model_ctx_init(&e->ctx, m, &cp, err);
     if (rc != 0) {
+        pthread_mutex_destroy(&e->progress_lock);
         free(e);
         return rc;
     }
     e->kv = model_ctx_kv(e->ctx);
+    e->kv_bytes = (int64_t)e->kv->n_blocks * e->kv->n_layer *
+                  (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
     size_t nb = (size_t)n_batch;
     e->is_eog = calloc((size_t)e->n_vocab, 1);
     e->slots = calloc((size_t)n_slots, sizeof(engine_req *));
@@ -214,6 +234,7 @@ void engine_free(engine *e)
     free(e->vec);
     free(e->logits);
     free(e->embd);
+    pthread_mutex_destroy(&e->progress_lock);
     free(e);
 }
 
@@ -235,8 +256,35 @@ void engine_ready(const engine *e, proto_msg *out)
     r->kv_type = e->kv_type;
     r->kv_block_tokens = kv->block_tokens;
     r->kv_n_blocks = kv->n_blocks;
-    r->kv_bytes = (int64_t)kv->n_blocks * kv->n_layer *
-                  (int64_t)(kv->k_block_bytes + kv->v_block_bytes);
+    r->kv_bytes = e->kv_bytes;
+}
+
+void engine_get_progress(engine *e, proto_pong *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->has_progress = true;
+    out->has_kv = true;
+    out->kv_blocks = e->kv->n_blocks; /* fixed at init */
+    out->kv_bytes = e->kv_bytes;
+    double now = strata_clock_ms();
+    pthread_mutex_lock(&e->progress_lock);
+    out->steps = e->pg_steps;
+    out->running = e->pg_running;
+    if (e->pg_running) {
+        out->step_ms = now > e->pg_start_ms ? now - e->pg_start_ms : 0.0;
+        out->step_tokens = e->pg_tokens;
+    }
+    for (int i = 0; i < e->pg_n_cost; i++) {
+        if (e->pg_cost[i] > out->ms_per_token) out->ms_per_token = e->pg_cost[i];
+    }
+    out->kv_used = e->pg_kv_used;
+    pthread_mutex_unlock(&e->progress_lock);
+}
+
+void engine_set_end_hook(engine *e, engine_end_fn fn, void *ctx)
+{
+    e->on_end = fn;
+    e->on_end_ctx = ctx;
 }
 
 bool engine_accepting(const engine *e)
@@ -320,6 +368,7 @@ static void finish(engine *e, engine_req *r, proto_finish f, proto_buf *out)
     }
     if (r->t_prompt_end >= 0) s->predicted_ms = now - r->t_prompt_end;
     emit(out, &m);
+    if (e->on_end != NULL) e->on_end(e->on_end_ctx, r->id);
     LOG_DEBUG("engine: id %" PRId64 " %s: prompt %" PRId64 " in %.1f ms, %" PRId64
               " tokens in %.1f ms",
               r->id, proto_finish_name(f), s->prompt_n, s->prompt_ms, s->predicted_n,
@@ -331,6 +380,7 @@ static void finish_err(engine *e, engine_req *r, const char *code, const char *m
                        proto_buf *out)
 {
     emit_err(out, true, r->id, code, message);
+    if (e->on_end != NULL) e->on_end(e->on_end_ctx, r->id);
     release(e, r);
 }
 
@@ -437,6 +487,7 @@ void engine_handle(engine *e, proto_msg *m, proto_buf *out)
     switch (m->op) {
     case PROTO_OP_PING: {
         proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = m->id};
+        engine_get_progress(e, &pong.u.pong);
         emit(out, &pong);
         return;
     }
@@ -467,10 +518,12 @@ void engine_handle(engine *e, proto_msg *m, proto_buf *out)
         snprintf(message, sizeof(message), "%s: the engine is shutting down",
                  proto_op_name(m->op));
         emit_err(out, true, m->id, PROTO_ERR_SHUTTING_DOWN, message);
+        if (e->on_end != NULL) e->on_end(e->on_end_ctx, m->id);
         return;
     }
     if (!check_request(e, m, code, sizeof(code), message, sizeof(message))) {
         emit_err(out, true, m->id, code, message);
+        if (e->on_end != NULL) e->on_end(e->on_end_ctx, m->id);
         return;
     }
     int64_t id = m->id;
@@ -478,6 +531,7 @@ void engine_handle(engine *e, proto_msg *m, proto_buf *out)
     enqueue(e, m);
     if (e->n_queued == before) {
         emit_err(out, true, id, PROTO_ERR_INTERNAL, "out of memory for the request");
+        if (e->on_end != NULL) e->on_end(e->on_end_ctx, id);
     }
 }
 
@@ -492,6 +546,7 @@ void engine_handle_bad_line(engine *e, const char *code, bool has_id, int64_t id
         return;
     }
     emit_err(out, has_id, id, code, message);
+    if (has_id && e->on_end != NULL) e->on_end(e->on_end_ctx, id);
 }
 
 /* ---- admission into slots ---- */
@@ -699,9 +754,26 @@ static void batch_add(engine *e, engine_req *r, const int32_t *toks, int64_t pos
     *n_b += n;
 }
 
-void engine_step(engine *e, proto_buf *out)
+/* The batch of the step that starts is built: its size for `pong`, and the
+ * test hook's hang (engine_params.hang_at_step), which blocks here for good,
+ * holding no lock, so that the reader keeps answering pings. */
+static void progress_batch_built(engine *e, int64_t n_b)
 {
-    end_cancelled(e, out);
+    pthread_mutex_lock(&e->progress_lock);
+    e->pg_tokens = n_b;
+    pthread_mutex_unlock(&e->progress_lock);
+    if (e->hang_at_step > 0 && e->pg_steps + 1 == e->hang_at_step) {
+        LOG_WARN("engine: STRATA_TEST_HANG_AT_STEP=%" PRId64 ": the scheduler hangs in step %" PRId64
+                 " (%" PRId64 " tokens) for good; a test hook, never for production",
+                 e->hang_at_step, e->hang_at_step, n_b);
+        for (;;) sleep(1);
+    }
+}
+
+/* Steps 2-5 of engine.h's scheduling (1 is done by the caller); returns the
+ * batch's tokens (0: nothing ran). */
+static int64_t run_step(engine *e, proto_buf *out)
+{
     admit_queued(e, out);
     const double t_start = strata_clock_ms();
 
@@ -759,7 +831,8 @@ void engine_step(engine *e, proto_buf *out)
         if (r->t_prompt_start < 0) r->t_prompt_start = t_start;
         e->b_reqs[n_reqs++] = r;
     }
-    if (n_b == 0) return;
+    progress_batch_built(e, n_b);
+    if (n_b == 0) return 0;
 
     model_batch b = {.n_tokens = n_b, .tokens = e->b_tok, .seq_ids = e->b_seq, .pos = e->b_pos,
                      .want_logits = e->b_want};
@@ -769,7 +842,7 @@ void engine_step(engine *e, proto_buf *out)
     if (rc != 0) {
         LOG_ERROR("engine: forward pass of %" PRId64 " tokens failed: %s", n_b, err.msg);
         for (int i = 0; i < n_reqs; i++) finish_err(e, e->b_reqs[i], PROTO_ERR_INTERNAL, err.msg, out);
-        return;
+        return n_b;
     }
     const double t_end = strata_clock_ms();
 
@@ -796,4 +869,33 @@ void engine_step(engine *e, proto_buf *out)
         else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
         else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
     }
+    return n_b;
+}
+
+void engine_step(engine *e, proto_buf *out)
+{
+    if (!engine_busy(e)) return;
+    double t0 = strata_clock_ms();
+    pthread_mutex_lock(&e->progress_lock);
+    e->pg_running = true;
+    e->pg_start_ms = t0;
+    e->pg_tokens = 0;
+    pthread_mutex_unlock(&e->progress_lock);
+
+    end_cancelled(e, out);
+    int64_t n_b = run_step(e, out);
+
+    double ms = strata_clock_ms() - t0;
+    int64_t kv_used = (int64_t)e->kv->n_blocks - kv_free_blocks(e->kv);
+    pthread_mutex_lock(&e->progress_lock);
+    e->pg_running = false;
+    e->pg_tokens = 0;
+    e->pg_steps++;
+    if (n_b > 0) {
+        e->pg_cost[e->pg_i_cost] = (ms > 0 ? ms : 0.0) / (double)n_b;
+        e->pg_i_cost = (e->pg_i_cost + 1) % PROTO_PONG_COST_STEPS;
+        if (e->pg_n_cost < PROTO_PONG_COST_STEPS) e->pg_n_cost++;
+    }
+    e->pg_kv_used = kv_used;
+    pthread_mutex_unlock(&e->progress_lock);
 }

@@ -38,8 +38,17 @@
  * generated tokens reach n_ctx. The sampler's penalties see the generated
  * tokens only (as `strata run`). stats.predicted_n counts the tokens sent.
  *
- * Threads: an engine is used by one thread (the scheduler); nothing here
- * locks. */
+ * Progress. Each step publishes what `pong` reports (protocol.h): steps
+ * completed, whether one runs, since when and over how many tokens, the
+ * slowest ms per token of the last PROTO_PONG_COST_STEPS steps, and the KV
+ * blocks in use. A step counts from the start of engine_step to its end,
+ * whatever it did (cancellations only, or a failed forward pass, too).
+ *
+ * Threads: an engine is used by one thread (the scheduler), with one
+ * exception: engine_get_progress may be called from any thread at any time
+ * (the reader answers pings with it while a step runs). The figures it
+ * reads are behind `progress_lock`, which a step takes only briefly at its
+ * start and end, never across the forward pass. */
 #ifndef STRATA_ENGINE_ENGINE_H
 #define STRATA_ENGINE_ENGINE_H
 
@@ -60,6 +69,9 @@ typedef struct engine_params {
                           or the model's training context when smaller */
     int64_t n_batch;   /* B, tokens of one step; 0: ENGINE_DEFAULT_BATCH; raised to K */
     int n_threads;     /* of the forward pass; 0: 1 */
+    int64_t hang_at_step; /* TEST ONLY (STRATA_TEST_HANG_AT_STEP, protocol.h): >= 1
+                             blocks the scheduler forever at the start of that
+                             step; 0: never */
 } engine_params;
 
 typedef struct engine engine;
@@ -100,6 +112,17 @@ bool engine_busy(const engine *e);
  * nothing when not busy. A failed forward pass ends the requests of that
  * batch with err "internal" and the engine goes on. */
 void engine_step(engine *e, proto_buf *out);
+
+/* The scheduler's progress and KV figures as `pong` carries them (every
+ * field of *out set, has_progress and has_kv true). Thread-safe: the one
+ * call another thread may make while the scheduler runs. */
+void engine_get_progress(engine *e, proto_pong *out);
+
+/* Called on the scheduler's thread each time an id gets its terminal
+ * message (`done`, or `err` naming it), right after that line is appended
+ * to the step's buffer. NULL turns it off. */
+typedef void (*engine_end_fn)(void *ctx, int64_t id);
+void engine_set_end_hook(engine *e, engine_end_fn fn, void *ctx);
 
 /* Requests running and queued, for logs. */
 int engine_n_running(const engine *e);

@@ -1,9 +1,22 @@
 /* The process loop of engine_loop.h: the reader thread, the scheduler (the
  * caller's thread) and the writer thread, with the inbox and the outbox
- * between them.
+ * between them, and the set of live request ids that lets the reader answer
+ * broken lines itself.
  *
- * Locks: `inbox_lock` protects the inbox list and `in_eof`; `out_lock`
- * protects the outbox buffer and the writer's flags. No thread holds both.
+ * Locks: `inbox_lock` protects the inbox list; `out_lock` protects the
+ * outbox buffer and the writer's flags; `live_lock` protects the live-id
+ * set; the engine's own progress lock is taken by engine_get_progress. The
+ * one nesting is out_lock, then live_lock (the scheduler, handing a step to
+ * the writer); no other thread holds two.
+ *
+ * Live ids. The reader adds the id of every gen/embed it decodes before it
+ * queues it; the scheduler takes an id out in the same critical section
+ * (under out_lock) that hands the line ending it (`done`, or `err` naming
+ * it: engine_set_end_hook) to the writer. So when the reader looks at a broken line, an id it finds in the
+ * set belongs to a request the engine has taken (in the order the lines
+ * arrived) and has not ended on the wire, and the `err` must not name it;
+ * an id not in the set can be named, and that `err` can only follow the
+ * request's own terminal line. The set holds only the requests in flight.
  *
  * Back-pressure: when the server reads slower than the engine produces,
  * the outbox grows to OUTBOX_HIGH bytes and the scheduler then waits for
@@ -41,6 +54,77 @@ typedef struct inbox_item {
     struct inbox_item *next;
 } inbox_item;
 
+/* A set of ids (>= 0): open addressing with linear probing; -1 is empty. */
+typedef struct idset {
+    int64_t *v;
+    size_t cap, n;            /* cap a power of two, or 0 */
+} idset;
+
+static size_t idset_home(const idset *s, int64_t id)
+{
+    uint64_t h = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(h >> 32) & (s->cap - 1);
+}
+
+static bool idset_has(const idset *s, int64_t id)
+{
+    if (s->cap == 0) return false;
+    for (size_t i = idset_home(s, id);; i = (i + 1) & (s->cap - 1)) {
+        if (s->v[i] == id) return true;
+        if (s->v[i] < 0) return false;
+    }
+}
+
+/* 0, or -1 when out of memory (the set is unchanged). */
+static int idset_add(idset *s, int64_t id)
+{
+    if (idset_has(s, id)) return 0;
+    if ((s->n + 1) * 2 > s->cap) { /* at most half full: probes stay short */
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        int64_t *v = malloc(cap * sizeof(*v));
+        if (v == NULL) return -1;
+        for (size_t i = 0; i < cap; i++) v[i] = -1;
+        idset old = *s;
+        s->v = v;
+        s->cap = cap;
+        for (size_t i = 0; i < old.cap; i++) {
+            if (old.v[i] < 0) continue;
+            size_t j = idset_home(s, old.v[i]);
+            while (s->v[j] >= 0) j = (j + 1) & (cap - 1);
+            s->v[j] = old.v[i];
+        }
+        free(old.v);
+    }
+    size_t j = idset_home(s, id);
+    while (s->v[j] >= 0) j = (j + 1) & (s->cap - 1);
+    s->v[j] = id;
+    s->n++;
+    return 0;
+}
+
+/* Removes id (if present) and shifts later members of its probe run back,
+ * so that no lookup stops early at the hole. */
+static void idset_del(idset *s, int64_t id)
+{
+    if (s->cap == 0) return;
+    size_t mask = s->cap - 1, i = idset_home(s, id);
+    while (s->v[i] != id) {
+        if (s->v[i] < 0) return;
+        i = (i + 1) & mask;
+    }
+    s->v[i] = -1;
+    s->n--;
+    for (size_t j = (i + 1) & mask; s->v[j] >= 0; j = (j + 1) & mask) {
+        size_t home = idset_home(s, s->v[j]);
+        /* v[j] may move to the hole at i when its home is not in (i, j] */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays) continue;
+        s->v[i] = s->v[j];
+        s->v[j] = -1;
+        i = j;
+    }
+}
+
 typedef struct loop {
     engine *e;
     int in_fd, out_fd;
@@ -58,6 +142,13 @@ typedef struct loop {
     proto_buf outbox;
     bool closing;
     bool broken;
+
+    pthread_mutex_t live_lock;
+    idset live;               /* see "Live ids" above */
+    /* the scheduler's alone: ids ended in the step being written */
+    int64_t *ended;
+    size_t n_ended, cap_ended;
+    bool ended_oom;           /* an id could not be kept: the set is cleared instead */
 } loop;
 
 /* ---- the reader ---- */
@@ -111,7 +202,7 @@ static inbox_item *make_item(loop *l, int kind, const char *line, size_t len)
     return bad_item(pe.code, pe.has_id, pe.id, pe.message);
 }
 
-static bool answer_ping(loop *l, inbox_item *it);
+static bool answer_now(loop *l, inbox_item *it);
 
 static void *reader_main(void *arg)
 {
@@ -154,7 +245,7 @@ static void *reader_main(void *arg)
                 LOG_ERROR("engine: out of memory reading a line; it is dropped");
                 continue;
             }
-            if (answer_ping(l, it)) continue;
+            if (answer_now(l, it)) continue;
             if (last != NULL) last->next = it;
             else first = it;
             last = it;
@@ -175,22 +266,89 @@ static void item_free(inbox_item *it)
 
 static void outbox_append_now(loop *l, const proto_buf *b);
 
-/* A ping is answered here, by the reader, not by the scheduler: a pong
- * says the process is alive and reading, and must not wait for a long
- * step (a big prefill on a slow CPU takes many seconds, and a server
- * would take the engine for hung). Returns true when `it` was a ping (and
- * is freed). */
-static bool answer_ping(loop *l, inbox_item *it)
+/* Pings and broken lines are answered here, by the reader, not by the
+ * scheduler, in the order they arrived: a pong must not wait for a long
+ * step (a big prefill on a slow CPU takes many seconds, and a server would
+ * take the engine for hung), and it carries the scheduler's progress
+ * instead, from which the server tells a long step from a wedged one; a
+ * broken line's `err` comes before the pong of a ping sent after it. A
+ * gen/embed joins the live ids here, before anything after it is read.
+ * Returns true when `it` was answered (and is freed). */
+static bool answer_now(loop *l, inbox_item *it)
 {
-    if (it->kind != ITEM_MSG || it->msg.op != PROTO_OP_PING) return false;
-    proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = it->msg.id};
+    if (it->kind == ITEM_MSG && (it->msg.op == PROTO_OP_GEN || it->msg.op == PROTO_OP_EMBED)) {
+        pthread_mutex_lock(&l->live_lock);
+        int rc = idset_add(&l->live, it->msg.id);
+        pthread_mutex_unlock(&l->live_lock);
+        if (rc != 0) LOG_ERROR("engine: out of memory noting id %" PRId64, it->msg.id);
+        return false;
+    }
     proto_buf b = {0};
     strata_err err;
-    if (proto_encode(&pong, &b, &err) == 0) outbox_append_now(l, &b);
+    int rc;
+    if (it->kind == ITEM_MSG && it->msg.op == PROTO_OP_PING) {
+        proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = it->msg.id};
+        engine_get_progress(l->e, &pong.u.pong);
+        rc = proto_encode(&pong, &b, &err);
+    } else if (it->kind == ITEM_BAD) {
+        LOG_WARN("engine: bad line: %s: %s", it->code, it->message);
+        pthread_mutex_lock(&l->live_lock);
+        bool live = it->has_id && idset_has(&l->live, it->id);
+        pthread_mutex_unlock(&l->live_lock);
+        if (live) {
+            char msg[PROTO_ERROR_MSG_MAX + 64];
+            snprintf(msg, sizeof(msg), "a line naming id %" PRId64 " (in flight, left running): %s",
+                     it->id, it->message);
+            rc = proto_encode_err(&b, -1, it->code, msg, &err);
+        } else {
+            rc = proto_encode_err(&b, it->has_id ? it->id : -1, it->code, it->message, &err);
+        }
+    } else {
+        return false;
+    }
+    if (rc == 0) outbox_append_now(l, &b);
     else LOG_ERROR("engine: %s", err.msg);
     proto_buf_free(&b);
     item_free(it);
     return true;
+}
+
+/* ---- live ids, the scheduler's side ---- */
+
+/* engine_end_fn: id's terminal line is in the step's buffer. */
+static void note_ended(void *ctx, int64_t id)
+{
+    loop *l = ctx;
+    if (l->n_ended == l->cap_ended) {
+        size_t cap = l->cap_ended ? l->cap_ended * 2 : 16;
+        int64_t *v = realloc(l->ended, cap * sizeof(*v));
+        if (v == NULL) {
+            l->ended_oom = true;
+            return;
+        }
+        l->ended = v;
+        l->cap_ended = cap;
+    }
+    l->ended[l->n_ended++] = id;
+}
+
+/* The step's lines are in the outbox (out_lock held): the ids they ended are
+ * no longer live. If one could not be noted (out of memory), every id is
+ * dropped: a broken line may then name a live id, which is better than
+ * never naming one. */
+static void forget_ended_locked(loop *l)
+{
+    if (l->n_ended == 0 && !l->ended_oom) return;
+    pthread_mutex_lock(&l->live_lock);
+    if (l->ended_oom) {
+        free(l->live.v);
+        l->live = (idset){0};
+    } else {
+        for (size_t i = 0; i < l->n_ended; i++) idset_del(&l->live, l->ended[i]);
+    }
+    pthread_mutex_unlock(&l->live_lock);
+    l->n_ended = 0;
+    l->ended_oom = false;
 }
 
 /* ---- the writer ---- */
@@ -272,6 +430,7 @@ static bool outbox_put(loop *l, proto_buf *step)
         }
         pthread_cond_signal(&l->out_ready);
     }
+    if (ok) forget_ended_locked(l);
     pthread_mutex_unlock(&l->out_lock);
     step->len = 0;
     return ok;
@@ -316,6 +475,8 @@ int engine_serve(engine *e, int in_fd, int out_fd, size_t max_line, strata_err *
     pthread_mutex_init(&l.out_lock, NULL);
     pthread_cond_init(&l.out_ready, NULL);
     pthread_cond_init(&l.out_space, NULL);
+    pthread_mutex_init(&l.live_lock, NULL);
+    engine_set_end_hook(e, note_ended, &l);
 
     proto_buf step = {0};
     proto_msg ready;
@@ -350,9 +511,6 @@ int engine_serve(engine *e, int in_fd, int out_fd, size_t max_line, strata_err *
                     closing = true;
                 }
                 engine_handle(e, &it->msg, &step);
-            } else if (it->kind == ITEM_BAD) {
-                LOG_WARN("engine: bad line: %s: %s", it->code, it->message);
-                engine_handle_bad_line(e, it->code, it->has_id, it->id, it->message, &step);
             } else {
                 if (!closing) {
                     LOG_INFO("engine: end of input: finishing %d running and %" PRId64
@@ -403,5 +561,9 @@ int engine_serve(engine *e, int in_fd, int out_fd, size_t max_line, strata_err *
     pthread_mutex_destroy(&l.out_lock);
     pthread_cond_destroy(&l.out_ready);
     pthread_cond_destroy(&l.out_space);
+    engine_set_end_hook(e, NULL, NULL);
+    pthread_mutex_destroy(&l.live_lock);
+    free(l.live.v);
+    free(l.ended);
     return rc;
 }

@@ -3,15 +3,17 @@
  *
  * Three threads, each the only owner of what it touches:
  *   - the reader: the only code that reads in_fd. It splits lines
- *     (proto_reader), decodes them (so a 16 MiB prompt is parsed off the
- *     scheduler) and hands messages and decoding failures to the scheduler
- *     through the inbox.
+ *     (proto_reader) and decodes them (so a 16 MiB prompt is parsed off the
+ *     scheduler). It answers a ping (`pong`, with engine_get_progress's
+ *     snapshot of the scheduler) and a line it cannot decode (`err`) itself,
+ *     at once and in arrival order, so neither waits for a step; everything
+ *     else goes to the scheduler through the inbox.
  *   - the scheduler (the calling thread): the only user of the engine and
- *     the model. Between steps it takes everything in the inbox (gen,
- *     embed, stop, ping, shutdown, bad lines) in arrival order, then runs
- *     one engine_step, then hands that step's lines to the writer at once.
- *     A `pong` therefore also shows the scheduler is making progress; it
- *     comes at most one step (<= n_batch tokens of work) late.
+ *     the model (but for engine_get_progress). Between steps it takes
+ *     everything in the inbox (gen, embed, stop, shutdown) in arrival
+ *     order, then runs one engine_step, then hands that step's lines to the
+ *     writer at once. A stuck step stops tokens, not pongs: the pongs'
+ *     progress figures are what show it (protocol.h).
  *   - the writer: the only code that writes out_fd. It writes whole
  *     batches of whole lines, so lines never interleave and each step's
  *     tokens leave as soon as the step ends.

@@ -300,6 +300,27 @@ static void enc_done(enc *e, json_t *o, const proto_done *d)
     enc_set(e, o, "stats", so);
 }
 
+static void enc_pong(enc *e, json_t *o, const proto_pong *pg)
+{
+    if (pg->has_progress) {
+        if (pg->steps < 0 || pg->step_tokens < 0) e->bad = "pong.steps or step_tokens";
+        if (!(pg->step_ms >= 0) || !(pg->ms_per_token >= 0)) e->bad = "pong.step_ms or ms_per_token";
+        enc_set(e, o, "steps", enc_int(e, pg->steps));
+        enc_set(e, o, "running", enc_take(e, json_boolean(pg->running)));
+        enc_set(e, o, "step_ms", enc_real(e, pg->step_ms, "pong.step_ms"));
+        enc_set(e, o, "step_tokens", enc_int(e, pg->step_tokens));
+        enc_set(e, o, "ms_per_token", enc_real(e, pg->ms_per_token, "pong.ms_per_token"));
+    }
+    if (pg->has_kv) {
+        if (pg->kv_blocks < 0 || pg->kv_used < 0 || pg->kv_bytes < 0) e->bad = "pong.kv";
+        json_t *kv = enc_take(e, json_object());
+        enc_set(e, kv, "blocks", enc_int(e, pg->kv_blocks));
+        enc_set(e, kv, "used", enc_int(e, pg->kv_used));
+        enc_set(e, kv, "bytes", enc_int(e, pg->kv_bytes));
+        enc_set(e, o, "kv", kv);
+    }
+}
+
 static bool op_has_id(proto_op op)
 {
     return op != PROTO_OP_SHUTDOWN && op != PROTO_OP_READY && op != PROTO_OP_NONE;
@@ -371,7 +392,8 @@ int proto_encode(const proto_msg *m, proto_buf *out, strata_err *err)
         enc_set(&e, o, "code", enc_string(&e, m->u.err.code));
         enc_set(&e, o, "message", enc_string(&e, m->u.err.message));
         break;
-    default: break; /* stop, ping, pong, shutdown: no more fields */
+    case PROTO_OP_PONG: enc_pong(&e, o, &m->u.pong); break;
+    default: break; /* stop, ping, shutdown: no more fields */
     }
     if (e.oom || e.bad != NULL) {
         json_decref(o);
@@ -818,6 +840,37 @@ static void dec_done(dec *d, json_t *o, proto_done *dn)
             &s->draft_accepted_n, NULL);
 }
 
+/* A number >= 0 (integer or real); required. */
+static void dec_nonneg(dec *d, json_t *obj, const char *key, const char *path, double *out)
+{
+    dec_double(d, obj, key, path, out);
+    if (!d->failed && *out < 0) dec_fail(d, "%s must be a number >= 0", path);
+}
+
+static void dec_pong(dec *d, json_t *o, proto_pong *pg)
+{
+    if (json_object_get(o, "steps") != NULL) {
+        pg->has_progress = true;
+        dec_int(d, o, "steps", "steps", true, 0, INT64_MAX, &pg->steps, NULL);
+        json_t *v = json_object_get(o, "running");
+        if (!json_is_boolean(v)) dec_fail(d, "running must be true or false");
+        pg->running = json_is_true(v);
+        dec_nonneg(d, o, "step_ms", "step_ms", &pg->step_ms);
+        dec_int(d, o, "step_tokens", "step_tokens", true, 0, INT64_MAX, &pg->step_tokens, NULL);
+        dec_nonneg(d, o, "ms_per_token", "ms_per_token", &pg->ms_per_token);
+    }
+    json_t *kv = json_object_get(o, "kv");
+    if (kv == NULL || d->failed) return;
+    if (!json_is_object(kv)) {
+        dec_fail(d, "kv must be an object");
+        return;
+    }
+    pg->has_kv = true;
+    dec_int(d, kv, "blocks", "kv.blocks", true, 0, INT64_MAX, &pg->kv_blocks, NULL);
+    dec_int(d, kv, "used", "kv.used", true, 0, INT64_MAX, &pg->kv_used, NULL);
+    dec_int(d, kv, "bytes", "kv.bytes", true, 0, INT64_MAX, &pg->kv_bytes, NULL);
+}
+
 static void dec_errmsg(dec *d, json_t *o, proto_errmsg *e)
 {
     e->code = dec_strdup(d, o, "code", "code");
@@ -909,6 +962,7 @@ int proto_decode(const char *line, size_t len, proto_dir dir, proto_msg *out, pr
         case PROTO_OP_EMB: dec_emb(&d, root, &out->u.emb); break;
         case PROTO_OP_DONE: dec_done(&d, root, &out->u.done); break;
         case PROTO_OP_ERR: dec_errmsg(&d, root, &out->u.err); break;
+        case PROTO_OP_PONG: dec_pong(&d, root, &out->u.pong); break;
         default: break;
         }
     }

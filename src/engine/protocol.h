@@ -71,12 +71,13 @@
  *                          "cancelled" at the next step (also between
  *                          prefill chunks, or while queued). An unknown or
  *                          finished id is ignored: no reply.
- * {"op":"ping","id":9}     answered by {"op":"pong","id":9} by the engine's
- *                          scheduler between two steps, so a pong also
- *                          shows that generation is making progress (it can
- *                          be one step late: at most n_batch tokens of
- *                          work). Ping ids are the server's own; they are
- *                          not requests and get no `done`.
+ * {"op":"ping","id":9}     answered by `pong` (below) at once, by the
+ *                          engine's reader thread, even while a step runs:
+ *                          a pong proves that the process reads its input,
+ *                          and carries the scheduler's progress so that
+ *                          the server can tell a long step from a wedged
+ *                          scheduler. Ping ids are the server's own; they
+ *                          are not requests and get no `done`.
  * {"op":"shutdown"}        accept nothing new: later gen/embed get `err`
  *                          "shutting_down" (stop and ping still work); the
  *                          requests already accepted, running or queued,
@@ -121,7 +122,46 @@
  *   Terminal for the id when it has one. No `id` when the line that caused
  *   it named none that could be read (or named one already in flight: a
  *   duplicate; the message then names it). code is one of PROTO_ERR_*.
- * {"op":"pong","id":9}
+ * {"op":"pong","id":9,"steps":41,"running":true,"step_ms":812.5,
+ *  "step_tokens":512,"ms_per_token":0.42,"kv":{"blocks":64,"used":17,
+ *  "bytes":1048576}}
+ *   The answer to a ping, written by the engine's reader as soon as it reads
+ *   the ping (after the answers to the lines before it: see "Lines the
+ *   engine cannot decode" below), never held back by a step. The rest is a
+ *   snapshot of the scheduler taken then:
+ *     steps         steps completed since the engine started (a step is one
+ *                   batched forward pass and its sampling; engine.h)
+ *     running       whether a step is running now
+ *     step_ms       for how long it has run (0 when none runs)
+ *     step_tokens   the tokens of its batch (0 when none runs)
+ *     ms_per_token  the slowest milliseconds per batch token among the last
+ *                   PROTO_PONG_COST_STEPS completed steps (0 before any):
+ *                   the engine's own measure of its speed, from which the
+ *                   server sizes how long a step of step_tokens may take
+ *     kv            the KV pool: blocks in all, used (held by sequences),
+ *                   bytes in all
+ *   The server judges an engine *wedged* from these figures, never from the
+ *   pong's arrival alone (pool.h has the rule). The progress fields come
+ *   together: a pong has all of steps, running, step_ms, step_tokens and
+ *   ms_per_token, or none of them (a bare {"op":"pong","id":9} is valid and
+ *   says nothing about progress); `kv` is optional and whole.
+ *
+ * ---- Lines the engine cannot decode ----
+ * A line that is not JSON, names an unknown op, breaks a field's rules or is
+ * over PROTOCOL_MAX_LINE is answered with `err` by the engine's reader, like
+ * a ping, in the order the lines arrived: a broken line followed by a ping
+ * gets its `err` before the `pong`. The `err` names the line's id when one
+ * could be read and it is not the id of a gen/embed the engine has accepted
+ * and not yet ended (a broken line cannot end a request it did not make;
+ * the message then names the id).
+ *
+ * ---- A fault-injection hook, for tests only ----
+ * STRATA_TEST_HANG_AT_STEP=N (N >= 1) in the engine's environment makes its
+ * scheduler block forever at the start of step N (after building that
+ * step's batch, so pongs say running, with its tokens, and steps stays at
+ * N-1) while the reader keeps answering pings: the "healthy but wedged"
+ * engine the server's watchdog must catch. `strata serve` passes its
+ * environment to its engines. Never set it in production.
  *
  * Numbers: integers are JSON integers; token ids are in [0, 2^31-1];
  * floats are written with 9 significant digits, which round-trips a C
@@ -143,6 +183,8 @@
 #define PROTO_ID_MAX ((int64_t)9007199254740991) /* 2^53 - 1 */
 #define PROTO_MAX_LOGPROBS 20
 #define PROTO_MAX_PENALTY_LAST_N 65536
+/* How many completed steps `pong`.ms_per_token looks back over. */
+#define PROTO_PONG_COST_STEPS 32
 
 /* Values of `err`.code. */
 #define PROTO_ERR_BAD_JSON "bad_json"             /* not JSON, or not an object */
@@ -277,6 +319,18 @@ typedef struct proto_done {
     proto_stats stats;
 } proto_done;
 
+/* `pong`'s figures (see above). has_progress false: none were sent. */
+typedef struct proto_pong {
+    bool has_progress;
+    int64_t steps;             /* completed since start */
+    bool running;              /* a step runs now */
+    double step_ms;            /* how long it has run; 0 when none */
+    int64_t step_tokens;       /* its batch's tokens; 0 when none */
+    double ms_per_token;       /* slowest of the recent completed steps; 0 before any */
+    bool has_kv;
+    int64_t kv_blocks, kv_used, kv_bytes; /* kv.blocks, kv.used, kv.bytes */
+} proto_pong;
+
 typedef struct proto_errmsg {
     const char *code;          /* PROTO_ERR_* (any string when decoded) */
     const char *message;
@@ -301,6 +355,7 @@ typedef struct proto_msg {
         proto_emb emb;
         proto_done done;
         proto_errmsg err;
+        proto_pong pong;
     } u;
 } proto_msg;
 

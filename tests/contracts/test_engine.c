@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -349,6 +350,168 @@ static void test_ping_during_long_step(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
+/* Reads one line and decodes it (the test fails on a hang or a bad line). */
+static void eng_read_msg(eng *e, proto_msg *m, char **line_out)
+{
+    char *line;
+    if (pipeproc_read_line(&e->p, &line, LINE_TIMEOUT_MS) != 1) fail_msg("no line from the engine");
+    proto_error pe;
+    if (proto_decode(line, strlen(line), PROTO_DIR_TO_SERVER, m, &pe) != 0) {
+        fail_msg("%s: %s", pe.message, line);
+    }
+    if (line_out != NULL) *line_out = line;
+    else free(line);
+}
+
+/* Sends ping `id` and reads until its pong, giving every other line to the
+ * collector; returns the pong's figures. */
+static proto_pong eng_ping(eng *e, int64_t id)
+{
+    char ping[64];
+    snprintf(ping, sizeof(ping), "{\"op\":\"ping\",\"id\":%lld}\n", (long long)id);
+    eng_send(e, ping);
+    for (;;) {
+        proto_msg m;
+        char *line;
+        eng_read_msg(e, &m, &line);
+        if (m.op == PROTO_OP_PONG && m.id == id) {
+            proto_pong pg = m.u.pong;
+            free(line);
+            proto_msg_free(&m);
+            return pg;
+        }
+        et_collect_line(e->c, line, strlen(line));
+        free(line);
+        proto_msg_free(&m);
+    }
+}
+
+/* A pong carries the scheduler's progress: no step before any work; after
+ * a gen of 5 tokens, exactly 5 steps (one prefill step that samples the
+ * first token, then one per token), none running, a measured cost per
+ * token, and the KV pool's figures with every block free again. */
+static void test_pong_reports_progress(void **state)
+{
+    (void)state;
+    eng e;
+    eng_start(&e, "2", "256", "64");
+    proto_pong pg = eng_ping(&e, 1);
+    assert_true(pg.has_progress && pg.has_kv);
+    assert_int_equal(pg.steps, 0);
+    assert_false(pg.running);
+    assert_int_equal(pg.step_tokens, 0);
+    assert_true(pg.ms_per_token == 0.0);
+    assert_int_equal(pg.kv_blocks, e.ready.u.ready.kv_n_blocks);
+    assert_int_equal(pg.kv_bytes, e.ready.u.ready.kv_bytes);
+    assert_int_equal(pg.kv_used, 0);
+    eng_send(&e, "{\"op\":\"gen\",\"id\":2,\"tokens\":[1,403,407],\"max_tokens\":5,"
+                 "\"ignore_eos\":true,\"sampling\":{\"temperature\":0}}\n");
+    int64_t ids[] = {2};
+    eng_wait(&e, ids, 1);
+    et_assert_done(e.c, 2, PROTO_FINISH_LENGTH);
+    pg = eng_ping(&e, 3);
+    assert_int_equal(pg.steps, 5);
+    assert_false(pg.running);
+    assert_true(pg.step_ms == 0.0);
+    assert_true(pg.ms_per_token > 0.0);
+    assert_int_equal(pg.kv_used, 0);
+    assert_int_equal(eng_finish(&e), 0);
+}
+
+/* The fault hook (STRATA_TEST_HANG_AT_STEP=3): the scheduler runs steps 1
+ * and 2 (two tokens) and then hangs inside step 3 for good, while the
+ * reader goes on answering pings: every pong says 2 steps, a step running
+ * over 1 token (the decode of one sequence) for longer and longer, and the
+ * request's KV blocks held. That is the engine the server's watchdog must
+ * catch; the test kills it. */
+static void test_hang_hook_stops_steps_not_pongs(void **state)
+{
+    (void)state;
+    eng e;
+    setenv("STRATA_TEST_HANG_AT_STEP", "3", 1);
+    eng_start(&e, "1", "256", "64");
+    unsetenv("STRATA_TEST_HANG_AT_STEP");
+    eng_send(&e, "{\"op\":\"gen\",\"id\":2,\"tokens\":[1,403,407],\"max_tokens\":20,"
+                 "\"ignore_eos\":true,\"sampling\":{\"temperature\":0}}\n");
+    while (e.c->recs[2].n_tok < 2) {
+        if (!eng_read(&e)) fail_msg("the engine's output ended");
+    }
+    double last_ms = -1.0;
+    for (int i = 0; i < 4; i++) {
+        usleep(150 * 1000);
+        proto_pong pg = eng_ping(&e, 10 + i);
+        assert_true(pg.has_progress);
+        assert_int_equal(pg.steps, 2);
+        assert_true(pg.running);
+        assert_int_equal(pg.step_tokens, 1);
+        assert_true(pg.step_ms > last_ms);
+        assert_true(pg.kv_used > 0);
+        last_ms = pg.step_ms;
+    }
+    assert_true(last_ms > 0.0);
+    assert_int_equal(e.c->recs[2].n_tok, 2); /* nothing came after step 2 */
+    assert_int_equal(e.c->recs[2].n_terminal, 0);
+    kill(e.p.pid, SIGKILL);
+    assert_int_equal(pipeproc_finish(&e.p, LINE_TIMEOUT_MS), 128 + SIGKILL);
+    assert_int_equal(e.c->n_bad, 0);
+    et_collect_free(e.c);
+    proto_msg_free(&e.ready);
+    pthread_mutex_destroy(&e.lock);
+}
+
+/* Broken lines are answered by the reader, in the order the lines came, even
+ * while a long prefill step runs: a broken line naming an id that is not in
+ * flight gets its `err` with that id, one naming the id of the running
+ * request gets one without (and the request runs on), and a ping sent after
+ * them gets its `pong` after both errs and before the step's token. */
+static void test_bad_line_answered_before_later_ping(void **state)
+{
+    (void)state;
+    eng e;
+    eng_start(&e, "1", "2048", "2048");
+    enum { N = ENG_SANITIZED ? 300 : 1000 };
+    size_t cap = 256 + (size_t)N * 8;
+    char *lines = malloc(cap);
+    assert_non_null(lines);
+    size_t off = (size_t)snprintf(lines, cap, "{\"op\":\"gen\",\"id\":40,\"tokens\":[1");
+    for (int i = 1; i < N; i++) off += (size_t)snprintf(lines + off, cap - off, ",%d", 300 + i % 200);
+    snprintf(lines + off, cap - off,
+             "],\"max_tokens\":1,\"sampling\":{\"temperature\":0}}\n"
+             "{\"op\":\"gen\",\"id\":41,\"tokens\":[1,\n"
+             "{\"op\":\"stop\",\"id\":40,\"bogus\":}\n"
+             "{\"op\":\"ping\",\"id\":9}\n");
+    eng_send(&e, lines);
+    free(lines);
+    proto_msg m;
+    eng_read_msg(&e, &m, NULL);
+    if (m.op != PROTO_OP_ERR) fail_msg("the first line is a %s, not the err", proto_op_name(m.op));
+    assert_true(m.has_id);
+    assert_int_equal(m.id, 41);
+    assert_string_equal(m.u.err.code, PROTO_ERR_BAD_JSON);
+    proto_msg_free(&m);
+    eng_read_msg(&e, &m, NULL);
+    if (m.op != PROTO_OP_ERR) fail_msg("the second line is a %s, not the err", proto_op_name(m.op));
+    assert_false(m.has_id); /* 40 is in flight: not ended by a broken line */
+    assert_non_null(strstr(m.u.err.message, "40"));
+    proto_msg_free(&m);
+    eng_read_msg(&e, &m, NULL);
+    if (m.op != PROTO_OP_PONG) fail_msg("the third line is a %s, not the pong", proto_op_name(m.op));
+    assert_int_equal(m.id, 9);
+    proto_msg_free(&m);
+    int64_t ids[] = {40};
+    eng_wait(&e, ids, 1);
+    et_assert_done(e.c, 40, PROTO_FINISH_LENGTH);
+    assert_int_equal(e.c->recs[40].n_tok, 1);
+    /* 40 has ended: a broken line naming it now gets the id (nothing of 40
+     * can follow), and the engine serves on */
+    eng_send(&e, "{\"op\":\"gen\",\"id\":40,\"tokens\":7}\n");
+    eng_read_msg(&e, &m, NULL);
+    assert_int_equal(m.op, PROTO_OP_ERR);
+    assert_true(m.has_id && m.id == 40);
+    proto_msg_free(&m);
+    assert_int_equal(eng_finish(&e), 0);
+}
+
 static void test_shutdown_and_eof(void **state)
 {
     (void)state;
@@ -557,6 +720,9 @@ int main(void)
         cmocka_unit_test(test_concurrent_equals_alone),
         cmocka_unit_test(test_bad_lines_keep_serving),
         cmocka_unit_test(test_ping_during_long_step),
+        cmocka_unit_test(test_pong_reports_progress),
+        cmocka_unit_test(test_hang_hook_stops_steps_not_pongs),
+        cmocka_unit_test(test_bad_line_answered_before_later_ping),
         cmocka_unit_test(test_shutdown_and_eof),
         cmocka_unit_test(test_stop_over_pipes),
         cmocka_unit_test(test_terminal_invariant_under_load),

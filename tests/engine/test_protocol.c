@@ -376,6 +376,73 @@ static void test_decode_engine_messages_errors(void **state)
     proto_msg_free(&m);
 }
 
+/* `pong` carries the scheduler's progress and KV figures (protocol.h):
+ * they round-trip exactly, a bare pong still decodes (and says it has no
+ * progress), and progress must come whole and sane. */
+static void test_pong_progress(void **state)
+{
+    (void)state;
+    proto_msg r;
+    char *line;
+    proto_msg pg = {.op = PROTO_OP_PONG, .has_id = true, .id = 12};
+    pg.u.pong = (proto_pong){.has_progress = true, .steps = 41, .running = true,
+                             .step_ms = 812.5, .step_tokens = 512, .ms_per_token = 0.4375,
+                             .has_kv = true, .kv_blocks = 64, .kv_used = 17,
+                             .kv_bytes = 1048576};
+    roundtrip(&pg, PROTO_DIR_TO_SERVER, &r, &line);
+    assert_string_equal(line, "{\"op\":\"pong\",\"id\":12,\"steps\":41,\"running\":true,"
+                              "\"step_ms\":812.5,\"step_tokens\":512,\"ms_per_token\":0.4375,"
+                              "\"kv\":{\"blocks\":64,\"used\":17,\"bytes\":1048576}}");
+    assert_true(r.u.pong.has_progress && r.u.pong.has_kv && r.u.pong.running);
+    assert_int_equal(r.u.pong.steps, 41);
+    assert_true(r.u.pong.step_ms == 812.5);
+    assert_int_equal(r.u.pong.step_tokens, 512);
+    assert_true(r.u.pong.ms_per_token == 0.4375);
+    assert_int_equal(r.u.pong.kv_blocks, 64);
+    assert_int_equal(r.u.pong.kv_used, 17);
+    assert_int_equal(r.u.pong.kv_bytes, 1048576);
+    free(line);
+    proto_msg_free(&r);
+
+    proto_msg bare = {.op = PROTO_OP_PONG, .has_id = true, .id = 3};
+    roundtrip(&bare, PROTO_DIR_TO_SERVER, &r, &line);
+    assert_string_equal(line, "{\"op\":\"pong\",\"id\":3}");
+    assert_false(r.u.pong.has_progress);
+    assert_false(r.u.pong.has_kv);
+    free(line);
+    proto_msg_free(&r);
+
+    proto_error pe;
+    const char *bad[] = {
+        "{\"op\":\"pong\",\"id\":1,\"steps\":4}", /* progress not whole */
+        "{\"op\":\"pong\",\"id\":1,\"steps\":4,\"running\":1,\"step_ms\":0,\"step_tokens\":0,"
+        "\"ms_per_token\":0}",
+        "{\"op\":\"pong\",\"id\":1,\"steps\":4,\"running\":false,\"step_ms\":-1,"
+        "\"step_tokens\":0,\"ms_per_token\":0}",
+        "{\"op\":\"pong\",\"id\":1,\"steps\":-4,\"running\":false,\"step_ms\":0,"
+        "\"step_tokens\":0,\"ms_per_token\":0}",
+        "{\"op\":\"pong\",\"id\":1,\"kv\":[1,2,3]}",
+        "{\"op\":\"pong\",\"id\":1,\"kv\":{\"blocks\":4}}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (decode_str(bad[i], PROTO_DIR_TO_SERVER, &r, &pe) != STRATA_EFORMAT) {
+            fail_msg("accepted: %s", bad[i]);
+        }
+        assert_string_equal(pe.code, PROTO_ERR_BAD_REQUEST);
+        assert_true(pe.has_id && pe.id == 1);
+    }
+    /* an encoder refuses a negative or non-finite figure */
+    proto_buf b = {0};
+    strata_err err;
+    pg.u.pong.step_ms = NAN;
+    assert_int_equal(proto_encode(&pg, &b, &err), STRATA_EINVAL);
+    pg.u.pong.step_ms = 1.0;
+    pg.u.pong.kv_used = -1;
+    assert_int_equal(proto_encode(&pg, &b, &err), STRATA_EINVAL);
+    assert_int_equal(b.len, 0);
+    proto_buf_free(&b);
+}
+
 static void test_peek_id(void **state)
 {
     (void)state;
@@ -514,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_encode_refuses_bad_messages),
         cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_decode_engine_messages_errors),
+        cmocka_unit_test(test_pong_progress),
         cmocka_unit_test(test_peek_id),
         cmocka_unit_test(test_reader_every_split),
         cmocka_unit_test(test_reader_fd),
