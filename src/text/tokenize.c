@@ -9,7 +9,11 @@
  * to thousands), and only those are then cut, in that order, with memmem
  * over the fragments still plain. Memory stays proportional to the number
  * of fragments, never to the number of overlapping occurrences (a run of
- * spaces holds ~23 of MPT's whitespace tokens at every byte). */
+ * spaces holds ~23 of MPT's whitespace tokens at every byte).
+ *
+ * A token with a strip attribute (vocab_internal.h: Phi-3's specials, some
+ * <mask> tokens) also takes the whitespace right after (or before) each of
+ * its occurrences out of the neighbouring plain text. */
 #define _GNU_SOURCE /* memmem */
 #include "text/tokenizer.h"
 
@@ -101,6 +105,12 @@ oom:
     return -1;
 }
 
+/* C's isspace in the "C" locale, which is what llama.cpp strips. */
+static bool is_c_space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 /* Cuts text into plain and special fragments (*frags, in text order). */
 static int cut_specials(const vocab *v, const char *text, size_t len, bool parse_special, frag_vec *frags,
                         strata_err *err)
@@ -127,12 +137,21 @@ static int cut_specials(const vocab *v, const char *text, size_t len, bool parse
                 continue;
             }
             size_t pos = f.pos, end = f.pos + f.len;
+            uint8_t strip = v->tokens[id].strip;
             for (;;) {
                 const char *hit = memmem(text + pos, end - pos, needle, n_needle);
                 if (hit == NULL) break;
-                size_t at = (size_t)(hit - text);
-                if (frag_push(&next, pos, at - pos, -1) != 0 || frag_push(&next, at, n_needle, id) != 0) goto oom;
+                size_t at = (size_t)(hit - text), left_end = at;
+                /* The whitespace a token swallows is that of the plain text
+                 * it was cut from, on its side, as far as that text goes. */
+                if (strip & TOK_STRIP_LEFT) {
+                    while (left_end > pos && is_c_space(text[left_end - 1])) left_end--;
+                }
+                if (frag_push(&next, pos, left_end - pos, -1) != 0 || frag_push(&next, at, n_needle, id) != 0) goto oom;
                 pos = at + n_needle;
+                if (strip & TOK_STRIP_RIGHT) {
+                    while (pos < end && is_c_space(text[pos])) pos++;
+                }
             }
             if (frag_push(&next, pos, end - pos, -1) != 0) goto oom;
         }

@@ -382,8 +382,45 @@ static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
     "<EOT>", "<|eom_id|>", /* "<｜end▁of▁sentence｜>" (DeepSeek); split so that \x9c does not run on */
     ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
-    "<|return|>", "<|call|>",
+    "<|return|>", "<|call|>", "_<EOT>", "<end_of_utterance>",
+    "<turn|>", /* Gemma 4's end of turn (its generation config stops on it) */
 };
+
+/* Texts that llama.cpp takes for control tokens whatever type the file
+ * gives them (it warns "control-looking token ... its type will be
+ * overridden"): its end-of-turn and fill-in-the-middle names. With
+ * special-token parsing off they are then text, as any control token. */
+static const char *const k_control_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "<|eom_id|>", "<|return|>", "<|call|>", "<end_of_utterance>",
+    ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+    "<REPO>", "<reponame>", "<|file_sep|>",
+    ("<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>"),
+};
+
+/* gpt-oss's harmony format tokens, which llama.cpp always renders (as
+ * USER_DEFINED) so that a client can parse the channels. */
+static const char *const k_user_texts[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+
+static void override_types(vocab *v)
+{
+    for (size_t i = 0; i < sizeof(k_control_texts) / sizeof(k_control_texts[0]); i++) {
+        int32_t id = vocab_find(v, k_control_texts[i], strlen(k_control_texts[i]));
+        if (id >= 0 && v->tokens[id].type != VOCAB_TOKEN_CONTROL) v->tokens[id].type = VOCAB_TOKEN_CONTROL;
+    }
+    for (size_t i = 0; i < sizeof(k_user_texts) / sizeof(k_user_texts[0]); i++) {
+        int32_t id = vocab_find(v, k_user_texts[i], strlen(k_user_texts[i]));
+        if (id >= 0) v->tokens[id].type = VOCAB_TOKEN_USER_DEFINED;
+    }
+}
+
+static int32_t find_cstr(const vocab *v, const char *s);
 
 static void mark_eog(vocab *v)
 {
@@ -400,6 +437,58 @@ static void mark_eog(vocab *v)
             if (v->sp.eot < 0 && strcmp(k_eog_texts[i], "<|endoftext|>") != 0) v->sp.eot = id;
         }
     }
+    /* o200k_harmony (gpt-oss): <|end|> ends a message, not the turn, when
+     * the vocab has <|return|> and <|call|>; llama.cpp then also renders
+     * it as text. */
+    int32_t end = find_cstr(v, "<|end|>"), ret = find_cstr(v, "<|return|>"), call = find_cstr(v, "<|call|>");
+    if (end >= 0 && ret >= 0 && call >= 0 && v->eog[ret] && v->eog[call] && v->eog[end] && end != v->sp.eos) {
+        v->eog[end] = false;
+        if (v->sp.eot == end) v->sp.eot = -1;
+        v->tokens[end].type = VOCAB_TOKEN_USER_DEFINED;
+    }
+}
+
+/* llama.cpp's per-model token attributes (it has no place for them in the
+ * file and keys them on names): Phi-3's special tokens swallow the
+ * whitespace after them, except <unk>, <s> and <|endoftext|>; the <mask>
+ * of Jina v2 and [MASK] of ModernBERT the whitespace before. */
+static int set_strip_rules(vocab *v, const gguf *g, strata_err *err)
+{
+    gguf_str name = {"", 0}, arch = {"", 0};
+    int rc = gguf_get_str(g, "general.name", &name, err);
+    if (rc != 0 && rc != STRATA_ENOTFOUND) return rc;
+    if (rc != 0) name = (gguf_str){"", 0};
+    rc = gguf_get_str(g, "general.architecture", &arch, err);
+    if (rc != 0 && rc != STRATA_ENOTFOUND) return rc;
+    if (rc != 0) arch = (gguf_str){"", 0};
+    char lower[256];
+    size_t n = name.len < sizeof(lower) - 1 ? name.len : sizeof(lower) - 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = name.ptr[i];
+        lower[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    }
+    lower[n] = '\0';
+    char arch_s[64];
+    snprintf(arch_s, sizeof(arch_s), "%.*s", (int)(arch.len > 63 ? 63 : arch.len), arch.ptr);
+    if (strstr(v->pre, "jina-v2-de") || strstr(v->pre, "jina-v2-es") || strstr(v->pre, "jina-v2-code") ||
+        strstr(arch_s, "nomic-bert-moe") || strstr(arch_s, "jina-bert-v3")) {
+        int32_t id = find_cstr(v, "<mask>");
+        if (id >= 0) v->tokens[id].strip |= TOK_STRIP_LEFT;
+    } else if (strstr(lower, "phi-3") || strstr(lower, "phi3")) {
+        for (int32_t id = 0; id < v->n_tokens; id++) {
+            if (is_special_type(v->tokens[id].type)) v->tokens[id].strip |= TOK_STRIP_RIGHT;
+        }
+        int32_t id = find_cstr(v, "</s>");
+        if (id >= 0) v->tokens[id].strip |= TOK_STRIP_RIGHT;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (size_t i = 0; i < 3; i++) {
+            if ((id = find_cstr(v, keep[i])) >= 0) v->tokens[id].strip &= (uint8_t)~TOK_STRIP_RIGHT;
+        }
+    } else if (strstr(lower, "modern-bert")) {
+        int32_t id = find_cstr(v, "[MASK]");
+        if (id >= 0) v->tokens[id].strip |= TOK_STRIP_LEFT;
+    }
+    return 0;
 }
 
 static int32_t find_cstr(const vocab *v, const char *s)
@@ -478,6 +567,7 @@ static int load_specials(vocab *v, const gguf *g, strata_err *err)
         LOG_WARN("vocab: the tokenizer adds EOS but has no EOS token; none will be added");
         v->add_eos = false;
     }
+    override_types(v);
     mark_eog(v);
     return 0;
 }
@@ -525,7 +615,8 @@ static bool spm_allows_word_cuts(const vocab *v)
 /* WordPiece vocabs converted by llama.cpp mark word starts with "▁" and
  * drop "##" from continuations; the original BERT files do the reverse.
  * BERT's uncased models lowercase and strip accents: a vocab none of whose
- * ordinary tokens has an ASCII capital is taken to be one of them. */
+ * ordinary tokens has an ASCII capital is taken to be one of them (when the
+ * file does not say, see load_wpm_normalizer). */
 static void detect_wpm_conventions(vocab *v)
 {
     size_t n_phantom = 0, n_hashes = 0, n_upper = 0;
@@ -544,6 +635,18 @@ static void detect_wpm_conventions(vocab *v)
     }
     v->wpm_phantom = n_phantom >= n_hashes;
     v->wpm_lowercase = n_upper == 0;
+    v->wpm_strip_accents = v->wpm_lowercase;
+}
+
+/* BertNormalizer's options when the file states them: strip_accents
+ * follows lowercase unless given itself. */
+static int load_wpm_normalizer(vocab *v, const gguf *g, strata_err *err)
+{
+    bool lower;
+    int rc = gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &lower, err);
+    if (rc == 0) v->wpm_lowercase = v->wpm_strip_accents = lower;
+    else if (rc != STRATA_ENOTFOUND) return rc;
+    return get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &v->wpm_strip_accents, err);
 }
 
 int vocab_load(vocab **out, const gguf *g, strata_err *err)
@@ -598,6 +701,7 @@ int vocab_load(vocab **out, const gguf *g, strata_err *err)
     if ((rc = load_specials(v, g, err)) != 0) goto fail;
     build_byte_tables(v);
     if ((rc = build_trie(v, err)) != 0) goto fail;
+    if ((rc = set_strip_rules(v, g, err)) != 0) goto fail;
     if (v->kind == VOCAB_KIND_BPE) {
         if ((rc = load_merges(v, g, err)) != 0) goto fail;
         bool family_add_bos = false;
@@ -617,7 +721,10 @@ int vocab_load(vocab **out, const gguf *g, strata_err *err)
             v->add_bos = family_add_bos && v->sp.bos >= 0;
         }
     }
-    if (v->kind == VOCAB_KIND_WPM) detect_wpm_conventions(v);
+    if (v->kind == VOCAB_KIND_WPM) {
+        detect_wpm_conventions(v);
+        if ((rc = load_wpm_normalizer(v, g, err)) != 0) goto fail;
+    }
     if (v->kind == VOCAB_KIND_SPM) v->spm_word_cuts = spm_allows_word_cuts(v);
     *out = v;
     return 0;

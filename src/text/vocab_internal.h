@@ -54,7 +54,14 @@ typedef struct vocab_token {
     uint32_t len;
     float score;
     uint8_t type; /* enum vocab_token_type */
+    uint8_t strip; /* TOK_STRIP_*: whitespace a matched special token takes */
 } vocab_token;
+
+/* A special token that swallows the whitespace before it (LSTRIP) or after
+ * it (RSTRIP) when it is cut out of the text (llama.cpp's token
+ * attributes, set by model name; see vocab.c). */
+#define TOK_STRIP_LEFT 1u
+#define TOK_STRIP_RIGHT 2u
 
 /* A node of the byte trie over the texts of special tokens. */
 typedef struct tok_trie_node {
@@ -112,7 +119,8 @@ struct vocab {
     tok_pretok *pretok;
 
     /* WPM conventions of this vocab. */
-    bool wpm_lowercase;  /* uncased: lowercase and strip accents */
+    bool wpm_lowercase;  /* lowercase (uncased vocabs) */
+    bool wpm_strip_accents; /* first character of the NFD, marks dropped */
     bool wpm_phantom;    /* word starts carry "▁" (llama.cpp's conversion)
                             rather than continuations carrying "##" */
 };

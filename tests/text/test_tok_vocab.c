@@ -252,6 +252,192 @@ static void test_bpe_family_defaults(void **state)
     vocab_free(v);
 }
 
+/* --- Gemma 4's character BPE by hand ----------------------------------------- */
+
+static const char *const k_g4_tokens[] = {
+    "<pad>", "<eos>", "<bos>", U, "a", "b", U "a", "ab", /* 0-7 */
+    "\n", "\n\n", "a\n", "<0xC3>", "<0xA9>", "<|turn>", "<|tool>", /* 8-14 */
+};
+static const int32_t k_g4_types[] = {3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 6, 3, 4};
+/* "a \n" would make "a\n" if a newline could meet a letter in one word. */
+static const char *const k_g4_merges[] = {"a b", U " a", "a \n"};
+
+static void g4_keys(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2, NULL), 0);
+    assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 1, NULL), 0);
+    /* llama.cpp adds BOS for Gemma 4 even when the file says not to. */
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false, NULL), 0);
+}
+
+static void test_gemma4_by_hand(void **state)
+{
+    (void)state;
+    vspec s = {"gemma4", k_g4_tokens, 15, NULL, k_g4_types, k_g4_merges, 3, g4_keys};
+    vocab *v;
+    strata_err err;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(vocab_get_kind(v), VOCAB_KIND_BPE);
+    assert_string_equal(vocab_pretok_name(v), "gemma4");
+    assert_true(vocab_adds_bos(v));
+    int32_t ids[16];
+    /* The space is "▁": a b ▁ a -> ab (rank 0), ▁a (rank 1). */
+    size_t n = tokenize(v, "ab a", true, false, ids, 16);
+    assert_ids(ids, n, IDS(2, 7, 6));
+    /* Newlines are words of their own: "a\n" never forms; "\n\n" is a
+     * token and taken whole; three newlines are no token and no merge
+     * joins them, so one by one. */
+    n = tokenize(v, "a\n\nb", false, false, ids, 16);
+    assert_ids(ids, n, IDS(4, 9, 5));
+    n = tokenize(v, "a\n", false, false, ids, 16);
+    assert_ids(ids, n, IDS(4, 8));
+    n = tokenize(v, "\n\n\n", false, false, ids, 16);
+    assert_ids(ids, n, IDS(8, 8, 8));
+    /* A character that is no token: its bytes' <0xNN> tokens, a byte
+     * without one dropped (ü is C3 BC). */
+    n = tokenize(v, "\xc3\xa9", false, false, ids, 16);
+    assert_ids(ids, n, IDS(11, 12));
+    n = tokenize(v, "\xc3\xbc", false, false, ids, 16);
+    assert_ids(ids, n, IDS(11));
+    /* Control text only when parsed, user-defined always; no space prefix
+     * after a special token. */
+    n = tokenize(v, "<|turn>a", false, true, ids, 16);
+    assert_ids(ids, n, IDS(13, 4));
+    n = tokenize(v, "<|tool>a", false, false, ids, 16);
+    assert_ids(ids, n, IDS(14, 4));
+    /* Pieces: "▁" is a space again, <0xNN> its byte. */
+    char out[32];
+    size_t n_out;
+    n = tokenize(v, "ab a \xc3\xa9", false, false, ids, 16);
+    assert_int_equal(tok_detokenize(v, ids, n, 0, out, sizeof(out), &n_out, &err), 0);
+    assert_int_equal(n_out, 7);
+    assert_memory_equal(out, "ab a \xc3\xa9", 7);
+    vocab_free(v);
+}
+
+/* --- token types and attributes set by name --------------------------------- */
+
+static const char *const k_named_tokens[] = {
+    "a", "b", G, "<|im_end|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>", "<mask>", /* 0-8 */
+};
+static const int32_t k_named_types[] = {1, 1, 1, 4, 3, 3, 3, 3, 3};
+static const char *const k_named_merges[] = {"a b"};
+
+static void jina_pre(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.pre", "jina-v2-code", NULL), 0);
+}
+
+/* llama.cpp overrides some types by text: an end-of-turn name is a control
+ * token whatever the file says, gpt-oss's channel markers are always text,
+ * and with <|return|> and <|call|> present <|end|> ends no generation. */
+static void test_types_by_text(void **state)
+{
+    (void)state;
+    vspec s = {"gpt2", k_named_tokens, 9, NULL, k_named_types, k_named_merges, 1, NULL};
+    vocab *v;
+    strata_err err;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(vocab_token_type(v, 3), VOCAB_TOKEN_CONTROL);
+    assert_int_equal(vocab_token_type(v, 4), VOCAB_TOKEN_USER_DEFINED);
+    int32_t ids[16];
+    size_t n = tokenize(v, "<|im_end|>", false, false, ids, 16);
+    for (size_t i = 0; i < n; i++) assert_true(ids[i] != 3);
+    n = tokenize(v, "a<|im_end|>", false, true, ids, 16);
+    assert_ids(ids, n, IDS(0, 3));
+    n = tokenize(v, "a<|channel|>b", false, false, ids, 16);
+    assert_ids(ids, n, IDS(0, 4, 1));
+    assert_true(vocab_is_eog(v, 3));
+    assert_true(vocab_is_eog(v, 6));
+    assert_true(vocab_is_eog(v, 7));
+    assert_false(vocab_is_eog(v, 5));
+    assert_int_equal(vocab_token_type(v, 5), VOCAB_TOKEN_USER_DEFINED);
+    /* <mask> takes no space here... */
+    n = tokenize(v, "a <mask>", false, true, ids, 16);
+    assert_ids(ids, n, IDS(0, 2, 8));
+    vocab_free(v);
+    /* ...but with Jina v2's pre-tokenizer it takes the space before it. */
+    s.extra = jina_pre;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    n = tokenize(v, "a <mask> b", false, true, ids, 16);
+    assert_ids(ids, n, IDS(0, 8, 2, 1));
+    vocab_free(v);
+}
+
+static void phi3_name(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_str(w, "general.name", "Tiny-PHI3-by-hand", NULL), 0);
+}
+
+/* A model named Phi-3: control and user-defined tokens other than <unk>,
+ * <s> and <|endoftext|> take the whitespace after them. */
+static void test_phi3_name_strips(void **state)
+{
+    (void)state;
+    vocab *v = spm_vocab(NULL);
+    int32_t ids[16];
+    /* Without the name: "  a" after <ctl> is ▁ + ▁ + ▁a. */
+    size_t n = tokenize(v, "a<ctl>  a", false, true, ids, 16);
+    assert_ids(ids, n, IDS(9, 14, 5, 5, 9));
+    vocab_free(v);
+    v = spm_vocab(phi3_name);
+    n = tokenize(v, "a<ctl> \t\n a", false, true, ids, 16);
+    assert_ids(ids, n, IDS(9, 14, 9));
+    /* <s> keeps its whitespace. */
+    n = tokenize(v, "<s> a", false, true, ids, 16);
+    assert_ids(ids, n, IDS(1, 5, 9));
+    vocab_free(v);
+}
+
+/* --- WordPiece's normalizer options ---------------------------------------- */
+
+/* llama.cpp's convention: word starts carry "▁". No capital letters, so
+ * without keys the vocab is taken to be uncased. */
+static const char *const k_wpm_tokens[] = {
+    "[UNK]", "[CLS]", "[SEP]", U "ab", U "e", U "\xc3\xa9", U "\xe1\x84\x8b", "\xe1\x85\xa1", /* 0-7 */
+    U "AB", "\xe1\x86\xab", /* 8-9 */
+};
+static const int32_t k_wpm_types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+
+static void wpm_keep_case(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.normalizer.lowercase", false, NULL), 0);
+}
+
+static void wpm_lower_keep_accents(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.normalizer.lowercase", true, NULL), 0);
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.normalizer.strip_accents", false, NULL), 0);
+}
+
+static void test_wpm_normalizer_keys(void **state)
+{
+    (void)state;
+    /* Token 8 has capitals: list only 0-7 for the "uncased" vocab. */
+    vspec s = {"bert", k_wpm_tokens, 8, NULL, k_wpm_types, NULL, 0, NULL};
+    vocab *v;
+    strata_err err;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    int32_t ids[16];
+    /* Uncased: lowercase, é -> e, 안 -> its leading jamo alone. */
+    size_t n = tokenize(v, "AB \xc3\xa9 \xec\x95\x88", false, false, ids, 16);
+    assert_ids(ids, n, IDS(3, 4, 6));
+    vocab_free(v);
+    /* lowercase false (strip_accents follows): AB stays, é stays, 안 stays
+     * one syllable (no token: UNK). */
+    s.n_tokens = 10;
+    s.extra = wpm_keep_case;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    n = tokenize(v, "AB \xc3\xa9 \xec\x95\x88", false, false, ids, 16);
+    assert_ids(ids, n, IDS(8, 5, 0));
+    vocab_free(v);
+    s.extra = wpm_lower_keep_accents;
+    if (load_spec(&s, &v, &err) != 0) fail_msg("%s", err.msg);
+    n = tokenize(v, "AB \xc3\xa9", false, false, ids, 16);
+    assert_ids(ids, n, IDS(3, 5));
+    vocab_free(v);
+}
+
 /* --- hostile metadata ------------------------------------------------------ */
 
 static void assert_refused(const vspec *s, int code, const char *needle)
@@ -487,7 +673,7 @@ static void test_hostile_text(void **state)
 {
     (void)state;
     TESTDATA_REQUIRE();
-    const char *names[] = {"deepseek-llm", "llama-spm", "gpt-2", "bert-bge", "falcon"};
+    const char *names[] = {"deepseek-llm", "llama-spm", "gpt-2", "bert-bge", "falcon", "qwen35", "gemma-4"};
     size_t n_text = 200000;
     char *text = malloc(n_text);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -639,6 +825,10 @@ int main(void)
         cmocka_unit_test(test_spm_space_prefix),
         cmocka_unit_test(test_bpe_merge_rank),
         cmocka_unit_test(test_bpe_family_defaults),
+        cmocka_unit_test(test_gemma4_by_hand),
+        cmocka_unit_test(test_types_by_text),
+        cmocka_unit_test(test_phi3_name_strips),
+        cmocka_unit_test(test_wpm_normalizer_keys),
         cmocka_unit_test(test_hostile_metadata),
         cmocka_unit_test(test_room_too_small),
         cmocka_unit_test(test_parse_special),
