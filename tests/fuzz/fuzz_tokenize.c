@@ -1,18 +1,22 @@
 /* libFuzzer target for the tokenizers and detokenizers: any bytes are
- * tokenized with one of four real vocabs loaded once (Llama SentencePiece,
- * GPT-2 and DeepSeek-LLM byte-level BPE, BERT WordPiece), then detokenized
- * whole and through the streaming detokenizer. Checked on every input:
+ * tokenized with one of eight real vocabs loaded once (Llama and Phi-3
+ * SentencePiece, GPT-2, DeepSeek-LLM, Qwen 3.5 and Llama 3 byte-level BPE,
+ * Gemma 4's character BPE, BERT WordPiece), then detokenized whole and
+ * through the streaming detokenizer. Checked on every input:
  *   - every id is in the vocab, and asking with too little room reports
  *     the same count;
  *   - the stream's output plus its leftover equals the whole
  *     detokenization, and the leftover is at most 3 bytes;
- *   - for Llama and GPT-2, which have a piece for every byte, the text
- *     comes back exactly (special text not parsed; for SentencePiece, text
- *     without a literal "▁", which it reads as a space).
+ *   - for the vocabs with a piece for every byte (Llama, GPT-2, Qwen 3.5,
+ *     Llama 3, Gemma 4), the text comes back exactly (special text not
+ *     parsed; for Llama and Gemma 4, text without a literal "▁", which
+ *     they read as a space). Phi-3 is not lossless: its special tokens
+ *     swallow the whitespace after them.
  * A crash, a sanitizer report or a failed check (a trap) is a finding.
  *
- * The first input byte chooses the vocab (bits 0-1), add_special (bit 2)
- * and parse_special (bit 3); the rest is the text. The vocabs come from
+ * The first input byte chooses the vocab (bits 0-1, plus 4 when bit 5 is
+ * set), add_special (bit 2), parse_special (bit 3) and rendering special
+ * tokens (bit 4); the rest is the text. The vocabs come from
  * $STRATA_TEST_DATA/tokenizer, else ../shared/data/tokenizer beside the
  * project. */
 #include "text/tokenizer.h"
@@ -22,8 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_names[4] = {"llama-spm", "gpt-2", "deepseek-llm", "bert-bge"};
-static vocab *g_vocabs[4];
+#define N_VOCABS 8
+static const char *const k_names[N_VOCABS] = {"llama-spm", "gpt-2", "deepseek-llm", "bert-bge",
+                                              "qwen35",    "gemma-4", "phi-3",      "llama-bpe"};
+/* Whether tokenizing then detokenizing gives the bytes back (see above). */
+static const bool k_lossless[N_VOCABS] = {true, true, false, false, true, true, false, true};
+static const bool k_reads_spm_space[N_VOCABS] = {true, false, false, false, false, true, true, false};
+static vocab *g_vocabs[N_VOCABS];
 
 static void check(int ok)
 {
@@ -47,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         snprintf(dir, sizeof(dir), "%.*s/../../../shared/data", slash ? (int)(slash - file) : 1,
                  slash ? file : ".");
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_VOCABS; i++) {
         char path[4300];
         strata_err err;
         snprintf(path, sizeof(path), "%s/tokenizer/ggml-vocab-%s.gguf", dir, k_names[i]);
@@ -71,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
     uint8_t ctl = data[0];
-    int which = ctl & 3;
+    int which = (ctl & 3) | ((ctl >> 3) & 4);
     bool add_special = (ctl & 4) != 0, parse_special = (ctl & 8) != 0;
     const vocab *v = g_vocabs[which];
     size_t len = size - 1;
@@ -113,7 +122,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tok_stream_free(&s);
     check(n_streamed == n_whole && memcmp(streamed, whole, n_whole) == 0);
 
-    bool lossless = !parse_special && (which == 1 || (which == 0 && !has_spm_space(data + 1, len)));
+    bool lossless = !parse_special && k_lossless[which] &&
+                    !(k_reads_spm_space[which] && has_spm_space(data + 1, len));
     if (lossless && !(ctl & 16)) check(n_whole == len && memcmp(whole, text, len) == 0);
 
     free(streamed);
