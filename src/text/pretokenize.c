@@ -28,33 +28,36 @@
 /* GPT-2's pattern (also the ByteLevel pre-tokenizer's default). */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
+/* The contractions, in either case. Spelled letter by letter rather than
+ * as tokenizer.json's (?i:'s|'t|...): under Unicode case folding "s" would
+ * also match U+017F (long s), which llama.cpp's patterns ("'[sS]") and its
+ * own splitters for these families do not. */
+#define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+
 /* Llama 3 (and cl100k-style): case-insensitive contractions, a letter run
  * with one leading non-letter, digits in threes, punctuation with trailing
  * newlines, newline runs. */
 #define RE_LLAMA3                                                                         \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"             \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"                             \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* Qwen2: as Llama 3 but digits one at a time. */
 #define RE_QWEN2                                                                          \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"                  \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"                                  \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* Qwen 3.5: as Qwen2, with combining marks (\p{M}) counted as letters, so
  * that a base letter and its marks stay one word ("e\u0301", Khmer vowel
- * signs), and excluded from the punctuation run. The contractions are
- * spelled letter by letter rather than as (?i:...): under PCRE2's Unicode
- * case folding "s" would also match U+017F (long s), which llama.cpp's
- * pattern for this family ("'[sS]") does not. */
+ * signs), and excluded from the punctuation run. */
 #define RE_QWEN35                                                                         \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"                            \
+    RE_CONTRACTIONS                                                                       \
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                                       \
     "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 /* o200k (GPT-4o, Llama 4): case-aware letter runs with contractions. */
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
-#define RE_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+#define RE_CONTR RE_CONTRACTIONS "?"
 #define RE_GPT4O                                                                          \
     "[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTR                            \
     "|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*" RE_CONTR                           \

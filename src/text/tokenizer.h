@@ -6,7 +6,11 @@
  *      occurrence becomes its id. USER_DEFINED tokens (a vocab's "added
  *      tokens") are always cut out, as Hugging Face tokenizers do; CONTROL
  *      and UNKNOWN tokens ("<s>", "<|im_end|>", "[CLS]") only when
- *      parse_special is true. Otherwise their text is plain text.
+ *      parse_special is true. Otherwise their text is plain text. Types
+ *      follow llama.cpp's overrides by text (end-of-turn and FIM names are
+ *      CONTROL, gpt-oss's channel markers USER_DEFINED), and some models'
+ *      special tokens take the whitespace next to them (Phi-3's the
+ *      whitespace after; see vocab.c).
  *   2. Each stretch of plain text goes to the vocab's algorithm:
  *      SPM  — spaces become "▁", a "▁" is put in front of the first stretch
  *             and of each stretch after a special token (when the vocab adds
@@ -20,11 +24,12 @@
  *             Gemma 4's BPE merges UTF-8 characters instead, spaces as "▁",
  *             lines and newline runs as words, <0xNN> for a character that
  *             is no token (tokenize_bpe.c).
- *      WPM  — BERT's normalizer (control characters dropped, NFD; for an
- *             uncased vocab accents stripped and lowercased), words split on
+ *      WPM  — BERT's normalizer as llama.cpp applies it (control characters
+ *             dropped; for an uncased vocab each character cut to the first
+ *             of its NFD, marks dropped, lowercased), words split on
  *             whitespace, punctuation and CJK characters, then greedy
  *             longest-match with continuation pieces; a word that cannot be
- *             matched, or has more than 100 characters, is UNK.
+ *             matched is UNK (tokenize_wpm.c).
  *   3. With add_special, BOS / EOS (WPM: [CLS] / [SEP]) as the vocab says.
  * Bytes that are not valid UTF-8 are tokenized too (SPM and BPE keep them
  * losslessly; WPM drops them as BERT drops U+FFFD).

@@ -412,6 +412,12 @@ static void test_qwen35_marks_join_letters(void **state)
 
     OPEN(v, "qwen2");
     SPLIT(v, "Vie\xcc\xa3\xcc\x82t", "Vie", "\xcc\xa3\xcc\x82", "t");
+    SPLIT(v, "x'\xc5\xbft X'S", "x", "'\xc5\xbft", " X", "'S");
+    vocab_free(v);
+
+    /* Llama 3: the same contractions, digits in threes. */
+    OPEN(v, "llama-bpe");
+    SPLIT(v, "x'\xc5\xbft WE'LL 12345", "x", "'\xc5\xbft", " WE", "'LL", " ", "123", "45");
     vocab_free(v);
 }
 
@@ -447,6 +453,10 @@ static void test_gemma4_rules(void **state)
     for (size_t i = 0; i < n; i++) assert_false(vocab_is_control(v, ids[i]));
     free(ids);
     EXPECT(v, "<|tool_call>", false, "<|tool_call>");
+    /* A turn ends generation with <turn|> as well as <eos>. */
+    assert_true(vocab_is_eog(v, id_of(v, "<turn|>")));
+    assert_true(vocab_is_eog(v, id_of(v, "<eos>")));
+    assert_false(vocab_is_eog(v, id_of(v, "<|turn>")));
     /* Pieces give spaces back. */
     char piece[64];
     size_t n_piece;
