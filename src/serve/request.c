@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,64 @@ sreq *sreq_new(uint64_t serial, bool embed)
     return r;
 }
 
+sreq_waker *sreq_waker_new(void)
+{
+    sreq_waker *w = calloc(1, sizeof(*w));
+    if (w == NULL) return NULL;
+    atomic_init(&w->refs, 1);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    return w;
+}
+
+void sreq_waker_release(sreq_waker *w)
+{
+    if (w == NULL || atomic_fetch_sub(&w->refs, 1) != 1) return;
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->cond);
+    free(w);
+}
+
+/* After a result was stored (result_lock released: the waker's lock is
+ * never taken inside it, nor the other way round). */
+static void waker_signal(sreq_waker *w)
+{
+    if (w == NULL) return;
+    pthread_mutex_lock(&w->lock);
+    w->events++;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void sreq_waker_wait(sreq_waker *w, uint64_t *seen, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->events == *seen) {
+        if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) != 0) break; /* timed out */
+    }
+    *seen = w->events;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void sreq_set_waker(sreq *r, sreq_waker *w)
+{
+    atomic_fetch_add(&w->refs, 1);
+    sreq_waker_release(r->waker);
+    r->waker = w;
+}
+
 void sreq_retain(sreq *r)
 {
     atomic_fetch_add(&r->refs, 1);
@@ -51,6 +110,7 @@ void sreq_release(sreq *r)
     free(r->lps);
     free(r->toks);
     free(r->vec);
+    sreq_waker_release(r->waker);
     free(r);
 }
 
@@ -102,6 +162,7 @@ int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, s
     }
 out:
     pthread_mutex_unlock(&r->result_lock);
+    waker_signal(r->waker);
     return rc;
 }
 
@@ -119,6 +180,7 @@ void sreq_finish_with(sreq *r, enum sreq_finish finish, const sreq_stats *stats,
         pthread_cond_broadcast(&r->result_cond);
     }
     pthread_mutex_unlock(&r->result_lock);
+    waker_signal(r->waker);
 }
 
 int sreq_set_vector(sreq *r, const float *v, size_t n)

@@ -10,8 +10,10 @@
  *
  * Everything a request's engine produces (tokens, embedding, stats, the
  * error) is stored here, by the engine's single reader thread, under
- * `result_lock`; the handler waits on `result_cond`. Nothing about a result
- * is kept on the replica. */
+ * `result_lock`; the handler waits on `result_cond`, or, when one HTTP
+ * request is served by several engine requests (`n` choices, embeddings
+ * inputs), on a waker they share, which each of them signals after storing
+ * a result. Nothing about a result is kept on the replica. */
 #ifndef STRATA_SERVE_REQUEST_H
 #define STRATA_SERVE_REQUEST_H
 
@@ -37,12 +39,30 @@ enum sreq_finish {
     SREQ_FINISH_ERROR,     /* `err`, or the engine died; see status/err_msg */
 };
 
+/* A wake-up shared by the engine requests of one HTTP request: `events`
+ * counts results stored (always after they are stored, under `lock`), so a
+ * waiter that read it before looking at the requests never misses one.
+ * Reference-counted: its creator holds one, each sreq given it another. */
+typedef struct sreq_waker {
+    atomic_int refs;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t events;
+} sreq_waker;
+
+/* A new waker with one reference; NULL on ENOMEM. */
+sreq_waker *sreq_waker_new(void);
+void sreq_waker_release(sreq_waker *w);
+/* Waits up to ms for events beyond *seen, then sets *seen to the count. */
+void sreq_waker_wait(sreq_waker *w, uint64_t *seen, int ms);
+
 typedef struct sreq {
     atomic_int refs;
     uint64_t serial;   /* server-wide number, in logs and response ids */
     bool embed;        /* `embed` rather than `gen` */
     proto_gen gen;     /* for gen: its fields (arrays malloc'd, owned, freed with the request) */
     proto_embed emb;   /* for embed: likewise */
+    sreq_waker *waker; /* set before submission, then fixed; may be NULL */
 
     /* --- set by the pool under its sched_lock --- */
     int replica;       /* index of the replica holding it, -1 while queued */
@@ -73,6 +93,9 @@ typedef struct sreq {
 sreq *sreq_new(uint64_t serial, bool embed);
 void sreq_retain(sreq *r);
 void sreq_release(sreq *r);
+/* Makes r signal w too (r takes a reference to w, dropped when r is freed).
+ * Before r is submitted. */
+void sreq_set_waker(sreq *r, sreq_waker *w);
 
 /* --- called by the replica side (the reader thread) --- */
 /* Appends generated ids; wakes the waiter. */
