@@ -95,4 +95,12 @@ typedef struct pool_info {
 
 void pool_get_info(pool *p, pool_info *out);
 
+/* Waits up to step_ms until some replica has been ready at least once (its
+ * context size is then known), bounded as a queued request's wait is.
+ * Returns POOL_SUBMITTED once one has; POOL_NO_ENGINE while every replica
+ * keeps failing to start; POOL_STOPPING; -2 when the caller has waited
+ * (since since_ns, a strata_clock_ns time) no_engine_wait_ms; or -1 when
+ * step_ms passed without any of these (call again). */
+int pool_wait_ever_ready(pool *p, int64_t since_ns, int step_ms);
+
 #endif

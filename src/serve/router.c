@@ -386,3 +386,35 @@ void pool_get_info(pool *p, pool_info *out)
     }
     pthread_mutex_unlock(&p->sched_lock);
 }
+
+/* Before the first `ready` nothing is known of the context, so a handler
+ * cannot parse a request yet; it waits here in short steps (checking its
+ * client between them) under the same bounds as a queued request. */
+int pool_wait_ever_ready(pool *p, int64_t since_ns, int step_ms)
+{
+    int64_t deadline = strata_clock_ns() + (int64_t)step_ms * 1000000;
+    int rc = -1;
+    pthread_mutex_lock(&p->sched_lock);
+    for (;;) {
+        bool known = false;
+        for (int i = 0; i < p->cfg.n_replicas && !known; i++) known = p->reps[i].n_ctx > 0;
+        int64_t now = strata_clock_ns();
+        if (p->stopping) rc = POOL_STOPPING;
+        else if (known) rc = POOL_SUBMITTED;
+        else if (pool_engines_failing_locked(p)) rc = POOL_NO_ENGINE;
+        else if (now - since_ns >= (int64_t)p->cfg.no_engine_wait_ms * 1000000) rc = -2;
+        if (rc != -1 || now >= deadline) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t left = deadline - now;
+        ts.tv_sec += (time_t)(left / 1000000000);
+        ts.tv_nsec += (long)(left % 1000000000);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p->sched_cond, &p->sched_lock, &ts);
+    }
+    pthread_mutex_unlock(&p->sched_lock);
+    return rc;
+}
