@@ -5,7 +5,8 @@
  * The text is FILE, or N MB (default 1) generated deterministically from a
  * fixed list of common English words with capitals, punctuation, numbers
  * and paragraph breaks. Without vocab arguments it uses the reference
- * vocabs (llama-spm, gpt-2, deepseek-llm, falcon, bert-bge) found under
+ * vocabs (llama-spm, gpt-2, deepseek-llm, falcon, qwen35, gemma-4,
+ * bert-bge) found under
  * $STRATA_TEST_DATA/tokenizer or ../shared/data/tokenizer beside the
  * project. For each vocab it prints the median over --reps runs (default
  * 5) of tokenizing the whole text in one call (no BOS/EOS, special text not
@@ -185,8 +186,8 @@ int main(int argc, char **argv)
     if (n_vocabs == 0) {
         char dir[3800];
         data_dir(dir, sizeof(dir));
-        const char *names[] = {"llama-spm", "gpt-2", "deepseek-llm", "falcon", "bert-bge"};
-        for (int i = 0; i < 5; i++) {
+        const char *names[] = {"llama-spm", "gpt-2", "deepseek-llm", "falcon", "qwen35", "gemma-4", "bert-bge"};
+        for (int i = 0; i < 7; i++) {
             snprintf(paths[i], sizeof(paths[i]), "%s/tokenizer/ggml-vocab-%s.gguf", dir, names[i]);
             vocabs[n_vocabs++] = paths[i];
         }
