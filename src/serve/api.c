@@ -1,5 +1,6 @@
 /* OpenAI request parsing and response shapes (api.h). Pure functions over
- * jansson values; called from HTTP handler threads with no lock held. */
+ * jansson values; called from HTTP handler threads with no lock held. The
+ * table of known but unimplemented fields is here (k_unsupported). */
 #include "serve/api.h"
 
 #include "text/chat_template.h"
@@ -38,15 +39,22 @@ char *api_error_body(const api_error *e)
 {
     json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", e->message, "type",
                           e->type ? e->type : "server_error", "code", e->code);
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *s = api_dumps(j);
     json_decref(j);
     return s;
+}
+
+char *api_dumps(const json_t *j)
+{
+    return j ? json_dumps(j, API_JSON_FLAGS) : NULL;
 }
 
 void api_gen_free(api_gen *g)
 {
     for (size_t i = 0; i < g->n_stops; i++) free(g->stops[i]);
     free(g->prompt);
+    for (size_t i = 0; i < g->n_inputs; i++) free(g->inputs[i].ids);
+    free(g->inputs);
     free(g->sampling.logit_bias);
     memset(g, 0, sizeof(*g));
 }
@@ -54,8 +62,12 @@ void api_gen_free(api_gen *g)
 void api_gen_move_to(api_gen *g, sreq *r)
 {
     if (r->embed) {
-        r->emb.tokens = g->prompt;
-        r->emb.n_tokens = g->n_prompt;
+        if (g->n_inputs > 0) {
+            r->emb.tokens = g->inputs[0].ids;
+            r->emb.n_tokens = g->inputs[0].n;
+            g->inputs[0].ids = NULL;
+            g->inputs[0].n = 0;
+        }
         r->emb.pooling = PROTO_POOLING_DEFAULT;
     } else {
         r->gen.tokens = g->prompt;
@@ -68,6 +80,43 @@ void api_gen_move_to(api_gen *g, sreq *r)
     }
     g->prompt = NULL;
     g->n_prompt = 0;
+}
+
+static int32_t *copy_ids(const int32_t *ids, size_t n)
+{
+    int32_t *c = malloc((n ? n : 1) * sizeof(*c));
+    if (c != NULL && n > 0) memcpy(c, ids, n * sizeof(*c));
+    return c;
+}
+
+int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
+{
+    if (r->embed) {
+        if (i >= g->n_inputs) return STRATA_EINVAL;
+        r->emb.tokens = copy_ids(g->inputs[i].ids, g->inputs[i].n);
+        if (r->emb.tokens == NULL) return STRATA_ENOMEM;
+        r->emb.n_tokens = g->inputs[i].n;
+        r->emb.pooling = PROTO_POOLING_DEFAULT;
+        return 0;
+    }
+    r->gen.tokens = copy_ids(g->prompt, g->n_prompt);
+    if (r->gen.tokens == NULL) return STRATA_ENOMEM;
+    r->gen.n_tokens = g->n_prompt;
+    r->gen.max_tokens = g->max_tokens;
+    r->gen.logprobs = g->logprobs;
+    r->gen.sampling = g->sampling;
+    r->gen.sampling.logit_bias = NULL;
+    r->gen.sampling.n_logit_bias = 0;
+    if (g->sampling.n_logit_bias > 0) {
+        size_t nb = g->sampling.n_logit_bias * sizeof(proto_bias);
+        r->gen.sampling.logit_bias = malloc(nb);
+        if (r->gen.sampling.logit_bias == NULL) return STRATA_ENOMEM;
+        memcpy(r->gen.sampling.logit_bias, g->sampling.logit_bias, nb);
+        r->gen.sampling.n_logit_bias = g->sampling.n_logit_bias;
+    }
+    /* The protocol's seeds are in [0, 2^63): seed + i wraps within it. */
+    if (g->sampling.has_seed) r->gen.sampling.seed = (g->sampling.seed + i) & (uint64_t)INT64_MAX;
+    return 0;
 }
 
 /* --- parameters --- */
@@ -193,6 +242,206 @@ static int parse_logprobs(json_t *o, enum api_kind kind, api_gen *g, api_error *
     return 0;
 }
 
+/* --- fields Strata knows but does not implement --- */
+
+/* Each predicate says whether a present, non-null value is the one that
+ * changes nothing (null always does: it means "absent"). */
+static bool inert_false(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_false(v);
+}
+
+static bool inert_true(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_true(v);
+}
+
+static bool inert_empty(json_t *v, json_t *o)
+{
+    (void)o;
+    return (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+static bool inert_empty_string(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_string(v) && json_string_length(v) == 0;
+}
+
+static bool inert_zero(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_number(v) && json_number_value(v) == 0;
+}
+
+static bool inert_one(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_number(v) && json_number_value(v) == 1;
+}
+
+static bool inert_not_positive(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_number(v) && json_number_value(v) <= 0;
+}
+
+static bool inert_two(json_t *v, json_t *o)
+{
+    (void)o;
+    return json_is_integer(v) && json_integer_value(v) == 2;
+}
+
+static bool inert_text_format(json_t *v, json_t *o)
+{
+    (void)o;
+    const char *t = json_string_value(json_object_get(v, "type"));
+    return json_is_object(v) && t != NULL && strcmp(t, "text") == 0;
+}
+
+static bool inert_text_only(json_t *v, json_t *o)
+{
+    (void)o;
+    const char *t = json_string_value(json_array_get(v, 0));
+    return json_is_array(v) && json_array_size(v) == 1 && t != NULL && strcmp(t, "text") == 0;
+}
+
+/* "none", or "auto" with nothing to call (then it cannot call anything). */
+static bool inert_choice_of(json_t *v, json_t *o, const char *list)
+{
+    const char *t = json_string_value(v);
+    if (t == NULL) return false;
+    if (strcmp(t, "none") == 0) return true;
+    json_t *l = json_object_get(o, list);
+    return strcmp(t, "auto") == 0 && (l == NULL || json_is_null(l) || json_array_size(l) == 0);
+}
+
+static bool inert_tool_choice(json_t *v, json_t *o)
+{
+    return inert_choice_of(v, o, "tools");
+}
+
+static bool inert_function_call(json_t *v, json_t *o)
+{
+    return inert_choice_of(v, o, "functions");
+}
+
+/* best_of == n returns the same n choices (1 without `n`). */
+static bool inert_best_of(json_t *v, json_t *o)
+{
+    json_t *n = json_object_get(o, "n");
+    json_int_t want = json_is_integer(n) ? json_integer_value(n) : 1;
+    return json_is_integer(v) && json_integer_value(v) == want;
+}
+
+/* A penalty window changes nothing while no penalty is on. */
+static bool inert_penalty_window(json_t *v, json_t *o)
+{
+    (void)v;
+    static const char *const keys[] = {"repeat_penalty", "presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *p = json_object_get(o, keys[i]);
+        if (json_is_number(p) && json_number_value(p) != (i == 0 ? 1.0 : 0.0)) return false;
+    }
+    return true;
+}
+
+enum { K_CMPL = 1 << API_COMPLETION, K_CHAT = 1 << API_CHAT, K_EMB = 1 << API_EMBEDDING,
+       K_GEN = K_CMPL | K_CHAT };
+
+typedef struct unsupported_field {
+    const char *name;
+    unsigned kinds; /* K_* where the field exists */
+    bool (*inert)(json_t *v, json_t *o); /* NULL: only null */
+    const char *accepted; /* the inert values, for the message; NULL: none */
+} unsupported_field;
+
+/* OpenAI's create-completion, create-chat-completion and create-embedding
+ * fields that Strata does not implement, then llama-server's and vLLM's
+ * common extras that change the result. The README lists them. */
+static const unsupported_field k_unsupported[] = {
+    {"response_format", K_GEN, inert_text_format, "{\"type\":\"text\"}"},
+    {"tools", K_GEN, inert_empty, "[]"},
+    {"tool_choice", K_GEN, inert_tool_choice, "\"none\", or \"auto\" without tools"},
+    {"functions", K_CHAT, inert_empty, "[]"},
+    {"function_call", K_CHAT, inert_function_call, "\"none\", or \"auto\" without functions"},
+    {"audio", K_CHAT, NULL, NULL},
+    {"modalities", K_CHAT, inert_text_only, "[\"text\"]"},
+    {"prediction", K_CHAT, NULL, NULL},
+    {"web_search_options", K_CHAT, NULL, NULL},
+    {"reasoning_effort", K_GEN, NULL, NULL},
+    {"verbosity", K_CHAT, NULL, NULL},
+    {"suffix", K_CMPL, inert_empty_string, "\"\""},
+    {"echo", K_GEN, inert_false, "false"},
+    {"best_of", K_CMPL, inert_best_of, "`n`"},
+    {"dimensions", K_EMB, NULL, NULL},
+    /* llama-server */
+    {"grammar", K_GEN, inert_empty_string, "\"\""},
+    {"json_schema", K_GEN, NULL, NULL},
+    {"mirostat", K_GEN, inert_zero, "0"},
+    {"n_probs", K_GEN, inert_zero, "0"},
+    {"dry_multiplier", K_GEN, inert_zero, "0"},
+    {"xtc_probability", K_GEN, inert_zero, "0"},
+    {"dynatemp_range", K_GEN, inert_zero, "0"},
+    {"top_n_sigma", K_GEN, inert_not_positive, "a number <= 0"},
+    {"repeat_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
+    {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
+    {"ignore_eos", K_GEN, inert_false, "false"},
+    {"samplers", K_GEN, NULL, NULL},
+    {"lora", K_GEN, inert_empty, "[]"},
+    {"t_max_predict_ms", K_GEN, inert_zero, "0"},
+    {"post_sampling_probs", K_GEN, inert_false, "false"},
+    {"return_tokens", K_GEN, inert_false, "false"},
+    {"chat_template_kwargs", K_CHAT, inert_empty, "{}"},
+    {"embd_normalize", K_EMB, inert_two, "2 (Euclidean, what the engine does)"},
+    /* vLLM */
+    {"guided_json", K_GEN, NULL, NULL},
+    {"guided_regex", K_GEN, NULL, NULL},
+    {"guided_choice", K_GEN, NULL, NULL},
+    {"guided_grammar", K_GEN, NULL, NULL},
+    {"structured_outputs", K_GEN, NULL, NULL},
+    {"use_beam_search", K_GEN, inert_false, "false"},
+    {"min_tokens", K_GEN, inert_zero, "0"},
+    {"stop_token_ids", K_GEN, inert_empty, "[]"},
+    {"include_stop_str_in_output", K_GEN, inert_false, "false"},
+    {"skip_special_tokens", K_GEN, inert_true, "true"},
+    {"repetition_penalty", K_GEN, inert_one, "1"},
+    {"length_penalty", K_GEN, inert_one, "1"},
+    {"prompt_logprobs", K_GEN, NULL, NULL},
+    {"add_generation_prompt", K_CHAT, inert_true, "true"},
+    {"continue_final_message", K_CHAT, inert_false, "false"},
+    {"chat_template", K_CHAT, NULL, NULL},
+    {"truncate_prompt_tokens", K_GEN | K_EMB, NULL, NULL},
+    {"logits_processors", K_GEN, inert_empty, "[]"},
+    {"bad_words", K_GEN, inert_empty, "[]"},
+    {"allowed_token_ids", K_GEN, inert_empty, "[]"},
+};
+
+/* 400 `unsupported_parameter` naming the first field of the table that the
+ * body sets to a value that would change the answer. */
+static int check_unsupported(json_t *o, enum api_kind kind, api_error *e)
+{
+    for (size_t i = 0; i < sizeof(k_unsupported) / sizeof(k_unsupported[0]); i++) {
+        const unsupported_field *f = &k_unsupported[i];
+        if ((f->kinds & (1u << kind)) == 0) continue;
+        json_t *v = json_object_get(o, f->name);
+        if (v == NULL || json_is_null(v) || (f->inert != NULL && f->inert(v, o))) continue;
+        if (f->accepted != NULL) {
+            return api_fail(e, 400, "unsupported_parameter",
+                            "unsupported parameter `%s`: Strata does not implement it (accepted: "
+                            "null or %s)",
+                            f->name, f->accepted);
+        }
+        return api_fail(e, 400, "unsupported_parameter",
+                        "unsupported parameter `%s`: Strata does not implement it (accepted: null)",
+                        f->name);
+    }
+    return 0;
+}
+
 /* Token ids given by the client, checked against the vocab. */
 static int parse_ids(json_t *a, const char *what, const vocab *voc, api_gen *g, api_error *e)
 {
@@ -241,6 +490,87 @@ static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen 
     return api_fail(e, 400, "invalid_type", "`%s` must be a string or an array of token ids", key);
 }
 
+/* One embeddings input: what[] are its token ids (a JSON array of integers,
+ * checked against the vocab) or its text (tokenized with BOS); neither may
+ * be empty, nor longer than the context. */
+static int parse_input(const api_env *env, json_t *v, const char *what, api_input *in,
+                       api_error *e)
+{
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) return api_fail(e, 400, "invalid_value", "`%s` is an empty string", what);
+        strata_err err;
+        if (tok_tokenize_alloc(env->voc, json_string_value(v), json_string_length(v), true, true,
+                               &in->ids, &in->n, &err) != 0) {
+            return api_fail(e, 400, "invalid_prompt", "cannot tokenize `%s`: %s", what, err.msg);
+        }
+    } else {
+        size_t n = json_array_size(v);
+        if (n == 0) return api_fail(e, 400, "invalid_value", "`%s` is an empty array", what);
+        in->ids = malloc(n * sizeof(*in->ids));
+        if (in->ids == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        for (size_t k = 0; k < n; k++) {
+            json_t *t = json_array_get(v, k);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) >= vocab_n_tokens(env->voc)) {
+                return api_fail(e, 400, "invalid_value",
+                                "`%s[%zu]` is not a token id of this model (0..%d)", what, k,
+                                vocab_n_tokens(env->voc) - 1);
+            }
+            in->ids[k] = (int32_t)json_integer_value(t);
+        }
+        in->n = n;
+    }
+    if (in->n == 0) return api_fail(e, 400, "invalid_prompt", "`%s` has no tokens", what);
+    if (env->n_ctx > 0 && (int64_t)in->n > env->n_ctx) {
+        return api_fail(e, 400, "context_length_exceeded", "`%s` has %zu tokens; the context holds %lld",
+                        what, in->n, (long long)env->n_ctx);
+    }
+    return 0;
+}
+
+/* /v1/embeddings `input`: a string, an array of strings, an array of token
+ * ids, or an array of arrays of token ids (what OpenAI takes); one kind per
+ * request, at most API_MAX_EMBED_INPUTS items. */
+static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
+{
+    json_t *in = json_object_get(o, "input");
+    if (in == NULL || json_is_null(in)) return api_fail(e, 400, "missing_field", "`input` is required");
+    const char *forms = "a string, an array of strings, an array of token ids or an array of "
+                        "arrays of token ids";
+    if (!json_is_string(in) && !json_is_array(in)) {
+        return api_fail(e, 400, "invalid_type", "`input` must be %s", forms);
+    }
+    if (json_is_array(in) && json_array_size(in) == 0) {
+        return api_fail(e, 400, "invalid_value", "`input` is an empty array");
+    }
+    json_t *first = json_is_array(in) ? json_array_get(in, 0) : NULL;
+    /* one input: a string, or token ids */
+    bool single = json_is_string(in) || json_is_integer(first);
+    size_t n = single ? 1 : json_array_size(in);
+    if (!single && !json_is_string(first) && !json_is_array(first)) {
+        return api_fail(e, 400, "invalid_type", "`input` must be %s; `input[0]` is neither", forms);
+    }
+    if (n > API_MAX_EMBED_INPUTS) {
+        return api_fail(e, 400, "invalid_value", "`input` has %zu items; at most %d", n,
+                        API_MAX_EMBED_INPUTS);
+    }
+    g->inputs = calloc(n, sizeof(*g->inputs));
+    if (g->inputs == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    g->n_inputs = n;
+    if (single) return parse_input(env, in, "input", &g->inputs[0], e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(in, i);
+        char what[48];
+        snprintf(what, sizeof(what), "input[%zu]", i);
+        if (json_is_string(first) ? !json_is_string(v) : !json_is_array(v)) {
+            return api_fail(e, 400, "invalid_type", "`%s` must be %s, as `input[0]` is", what,
+                            json_is_string(first) ? "a string" : "an array of token ids");
+        }
+        if (parse_input(env, v, what, &g->inputs[i], e) != 0) return -1;
+    }
+    return 0;
+}
+
 /* messages → a prompt with the model's template. Contents given as parts
  * ([{"type":"text","text":...}]) are joined into one string first. */
 static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *e)
@@ -266,6 +596,13 @@ static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *
             json_t *part;
             json_array_foreach(content, k, part) {
                 json_t *t = json_object_get(part, "text");
+                const char *type = json_string_value(json_object_get(part, "type"));
+                if (type != NULL && strcmp(type, "text") != 0) {
+                    rc = api_fail(e, 400, "unsupported_parameter",
+                                  "unsupported content part `messages[%zu].content[%zu]` of type "
+                                  "\"%.40s\": Strata takes text parts only", i, k, type);
+                    break;
+                }
                 if (!json_is_string(t)) {
                     rc = api_fail(e, 400, "invalid_value", "`messages[%zu].content[%zu]` must be a text part", i, k);
                     break;
@@ -307,6 +644,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
 {
     memset(g, 0, sizeof(*g));
     g->kind = kind;
+    g->n_choices = 1;
     g->max_tokens = -1;
     g->logprobs = -1;
     g->sampling = proto_sampling_default();
@@ -330,6 +668,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             goto out;
         }
     }
+    if ((rc = check_unsupported(o, kind, e)) != 0) goto out;
     if (kind == API_EMBEDDING) {
         json_t *fmt = json_object_get(o, "encoding_format");
         if (fmt != NULL && !json_is_null(fmt)) {
@@ -340,22 +679,24 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             }
             g->base64 = strcmp(f, "base64") == 0;
         }
-        rc = parse_prompt(env, o, "input", g, e);
+        rc = parse_inputs(env, o, g, e);
+        goto out;
     } else {
-        int64_t n = 1, seed = -1, top_k = 0;
+        int64_t n = 1, seed = -1, top_k = 0, n_predict = -1;
         bool had_seed = false, had_top_k = false;
-        if ((rc = get_int(o, "n", 1, 1 << 20, &n, NULL, e)) != 0) goto out;
-        if (n != 1) {
-            rc = api_fail(e, 400, "unsupported_value", "`n` must be 1 (several choices are not supported); got %lld", (long long)n);
-            goto out;
-        }
+        if ((rc = get_int(o, "n", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
+        g->n_choices = (size_t)n;
         if ((rc = parse_logprobs(o, kind, g, e)) != 0) goto out;
+        /* llama-server's name for max_tokens; -1: no limit */
+        if ((rc = get_int(o, "n_predict", -1, INT32_MAX, &n_predict, NULL, e)) != 0) goto out;
+        g->max_tokens = n_predict;
         if ((rc = get_int(o, "max_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
         if ((rc = get_int(o, "max_completion_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
         proto_sampling *s = &g->sampling;
         if ((rc = get_num(o, "temperature", 0, 100, &s->temperature, e)) != 0) goto out;
         if ((rc = get_num(o, "top_p", 0, 1, &s->top_p, e)) != 0) goto out;
         if ((rc = get_num(o, "min_p", 0, 1, &s->min_p, e)) != 0) goto out;
+        if ((rc = get_num(o, "typical_p", 0, 1, &s->typical_p, e)) != 0) goto out;
         if ((rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "repeat_penalty", 1e-6, 100, &s->repeat_penalty, e)) != 0) goto out;
@@ -384,14 +725,14 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         rc = api_fail(e, 400, "invalid_prompt", "the prompt has no tokens");
         goto out;
     }
-    if (env->n_ctx > 0 && (int64_t)g->n_prompt >= env->n_ctx + (kind == API_EMBEDDING)) {
+    if (env->n_ctx > 0 && (int64_t)g->n_prompt >= env->n_ctx) {
         rc = api_fail(e, 400, "context_length_exceeded",
                       "the prompt is %zu tokens; the context holds %lld", g->n_prompt,
                       (long long)env->n_ctx);
         goto out;
     }
     /* Never ask past the context: the answer then ends with `length`. */
-    if (kind != API_EMBEDDING && env->n_ctx > 0) {
+    if (env->n_ctx > 0) {
         int64_t room = env->n_ctx - (int64_t)g->n_prompt;
         if (g->max_tokens < 0 || g->max_tokens > room) g->max_tokens = room;
     }
@@ -403,15 +744,46 @@ out:
 
 /* --- responses --- */
 
+void api_result_sum(const api_result *rs, size_t n, bool prompt_once, api_result *out)
+{
+    *out = rs[0];
+    for (size_t i = 1; i < n; i++) {
+        const api_result *r = &rs[i];
+        if (!prompt_once) {
+            out->prompt_tokens += r->prompt_tokens;
+            out->cached_tokens += r->cached_tokens;
+        }
+        out->completion_tokens += r->completion_tokens;
+        sreq_stats *s = &out->stats;
+        s->prompt_n += r->stats.prompt_n;
+        s->cached_n += r->stats.cached_n;
+        s->predicted_n += r->stats.predicted_n;
+        s->draft_n += r->stats.draft_n;
+        s->draft_accepted_n += r->stats.draft_accepted_n;
+        s->prompt_ms += r->stats.prompt_ms;
+        s->predicted_ms += r->stats.predicted_ms;
+        if (r->queue_ms > out->queue_ms) out->queue_ms = r->queue_ms;
+        if (r->ttft_ms > 0 && (out->ttft_ms <= 0 || r->ttft_ms < out->ttft_ms)) out->ttft_ms = r->ttft_ms;
+        if (r->replica != out->replica) out->replica = -1;
+    }
+}
+
+/* x rounded to 3 decimals: API_JSON_FLAGS then prints it short. */
+static double round3(double x)
+{
+    return isfinite(x) ? round(x * 1000.0) / 1000.0 : 0.0;
+}
+
 json_t *api_timings(const api_result *r)
 {
     const sreq_stats *s = &r->stats;
     double pps = s->predicted_ms > 0 ? (double)s->predicted_n * 1000.0 / s->predicted_ms : 0.0;
-    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i}", "queue_ms", r->queue_ms,
+    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i}", "queue_ms", round3(r->queue_ms),
                      "prompt_n", (json_int_t)s->prompt_n, "cached_n", (json_int_t)s->cached_n,
-                     "prompt_ms", s->prompt_ms, "ttft_ms", r->ttft_ms, "predicted_n",
-                     (json_int_t)s->predicted_n, "predicted_ms", s->predicted_ms,
-                     "predicted_per_second", pps, "replica", r->replica);
+                     "prompt_ms", round3(s->prompt_ms), "ttft_ms", round3(r->ttft_ms),
+                     "predicted_n", (json_int_t)s->predicted_n, "predicted_ms",
+                     round3(s->predicted_ms), "predicted_per_second", round3(pps), "replica",
+                     r->replica);
 }
 
 json_t *api_usage(const api_result *r)
@@ -419,7 +791,7 @@ json_t *api_usage(const api_result *r)
     return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->prompt_tokens,
                      "completion_tokens", (json_int_t)r->completion_tokens, "total_tokens",
                      (json_int_t)(r->prompt_tokens + r->completion_tokens),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->stats.cached_n);
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->cached_tokens);
 }
 
 static json_t *envelope(const api_env *env, enum api_kind kind, uint64_t serial, bool chunk)
@@ -526,27 +898,42 @@ json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token 
     return out;
 }
 
-json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
-                            const char *text, size_t n_text, json_t *logprobs)
+json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t serial,
+                              api_choice *ch, size_t n, const api_result *total)
 {
-    json_t *j = envelope(env, kind, res->serial, false);
-    json_t *choice;
-    json_t *lp = logprobs ? logprobs : json_null();
-    if (kind == API_CHAT) {
-        choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text, n_text, "logprobs", lp, "finish_reason",
-                           res->finish_reason);
-    } else {
-        choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", text, n_text, "logprobs", lp,
-                           "finish_reason", res->finish_reason);
+    json_t *j = envelope(env, kind, serial, false);
+    json_t *choices = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *choice;
+        json_t *lp = ch[i].logprobs ? ch[i].logprobs : json_null();
+        ch[i].logprobs = NULL;
+        const char *text = ch[i].text ? ch[i].text : "";
+        if (kind == API_CHAT) {
+            choice = json_pack("{s:I,s:{s:s,s:s%},s:o,s:s}", "index", (json_int_t)i, "message",
+                               "role", "assistant", "content", text, ch[i].n_text, "logprobs", lp,
+                               "finish_reason", ch[i].res->finish_reason);
+        } else {
+            choice = json_pack("{s:I,s:s%,s:o,s:s}", "index", (json_int_t)i, "text", text,
+                               ch[i].n_text, "logprobs", lp, "finish_reason",
+                               ch[i].res->finish_reason);
+        }
+        if (n > 1) json_object_set_new(choice, "timings", api_timings(ch[i].res));
+        json_array_append_new(choices, choice);
     }
-    json_object_set_new(j, "choices", json_pack("[o]", choice));
-    json_object_set_new(j, "usage", api_usage(res));
-    json_object_set_new(j, "timings", api_timings(res));
+    json_object_set_new(j, "choices", choices);
+    json_object_set_new(j, "usage", api_usage(total));
+    json_object_set_new(j, "timings", api_timings(total));
     return j;
 }
 
-json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial,
+json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
+                            const char *text, size_t n_text, json_t *logprobs)
+{
+    api_choice ch = {.text = text, .n_text = n_text, .logprobs = logprobs, .res = res};
+    return api_completion_body_n(env, kind, res->serial, &ch, 1, res);
+}
+
+json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial, size_t index,
                          const char *text, size_t n_text, const char *finish_reason, bool first,
                          json_t *logprobs)
 {
@@ -560,11 +947,11 @@ json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial
         if (n_text > 0 || finish_reason == NULL) {
             json_object_set_new(delta, "content", json_stringn(text ? text : "", n_text));
         }
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp,
-                           "finish_reason", fin);
-    } else {
-        choice = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text", text ? text : "", n_text,
+        choice = json_pack("{s:I,s:o,s:o,s:o}", "index", (json_int_t)index, "delta", delta,
                            "logprobs", lp, "finish_reason", fin);
+    } else {
+        choice = json_pack("{s:I,s:s%,s:o,s:o}", "index", (json_int_t)index, "text",
+                           text ? text : "", n_text, "logprobs", lp, "finish_reason", fin);
     }
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     return j;
@@ -600,25 +987,30 @@ static json_t *base64_floats(const float *v, size_t n)
     return j;
 }
 
-json_t *api_embedding_body(const api_env *env, const api_result *res, const float *vec, size_t n,
-                           bool base64)
+json_t *api_embedding_body(const api_env *env, const api_result *total, const api_vec *vecs,
+                           size_t n, bool base64)
 {
-    json_t *e;
-    if (base64) {
-        e = base64_floats(vec, n);
-    } else {
-        e = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(e, json_real(vec[i]));
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *e;
+        if (base64) {
+            e = base64_floats(vecs[i].v, vecs[i].n);
+        } else {
+            e = json_array();
+            for (size_t k = 0; k < vecs[i].n; k++) json_array_append_new(e, json_real(vecs[i].v[k]));
+        }
+        json_array_append_new(data, json_pack("{s:s,s:I,s:o}", "object", "embedding", "index",
+                                              (json_int_t)i, "embedding", e));
     }
-    return json_pack("{s:s,s:[{s:s,s:i,s:o}],s:s,s:{s:I,s:I},s:o}", "object", "list", "data",
-                     "object", "embedding", "index", 0, "embedding", e, "model", env->model_name,
-                     "usage", "prompt_tokens", (json_int_t)res->prompt_tokens, "total_tokens",
-                     (json_int_t)res->prompt_tokens, "timings", api_timings(res));
+    return json_pack("{s:s,s:o,s:s,s:{s:I,s:I},s:o}", "object", "list", "data", data, "model",
+                     env->model_name, "usage", "prompt_tokens", (json_int_t)total->prompt_tokens,
+                     "total_tokens", (json_int_t)total->prompt_tokens, "timings",
+                     api_timings(total));
 }
 
 int api_sse_event(sbuf *out, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *s = api_dumps(j);
     json_decref(j);
     if (s == NULL) return STRATA_ENOMEM;
     int rc = sbuf_append(out, "data: ", 6);

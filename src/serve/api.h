@@ -1,7 +1,16 @@
 /* The OpenAI API's request parsing and response shapes (no I/O, no threads):
  * a request body becomes a validated api_gen (prompt ids, sampling, stops,
- * streaming options) or an api_error naming the bad parameter; a finished
- * request becomes the JSON OpenAI clients expect, plus Strata's `timings`. */
+ * streaming options, the number of choices; for embeddings, every input) or
+ * an api_error naming the bad parameter; finished requests become the JSON
+ * OpenAI clients expect, plus Strata's `timings`.
+ *
+ * Fields: every request field Strata implements is parsed and checked; a
+ * field it knows (OpenAI's, and the common llama-server and vLLM extras)
+ * but does not implement is refused with a 400 naming it, unless its value
+ * is the one that changes nothing (`response_format` {"type":"text"},
+ * `tools` [], `echo` false, ...), so an answer is never silently not what
+ * was asked; fields that do not change the result (`user`, `metadata`,
+ * `store`, ...) and fields it does not know are accepted. */
 #ifndef STRATA_SERVE_API_H
 #define STRATA_SERVE_API_H
 
@@ -28,6 +37,14 @@ int api_fail(api_error *e, int status, const char *code, const char *fmt, ...)
 /* {"error":{"message","type","code"}} as a malloc'd string. */
 char *api_error_body(const api_error *e);
 
+/* Every response body is printed with these flags: reals with 9
+ * significant digits, which give back each float32 (logprobs, embeddings)
+ * exactly, instead of jansson's 17 (0.029763999999999999); timings are
+ * rounded to 3 decimals before (api_timings). */
+#define API_JSON_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
+/* j printed with API_JSON_FLAGS, malloc'd; NULL for NULL or on ENOMEM. */
+char *api_dumps(const json_t *j);
+
 enum api_kind { API_COMPLETION, API_CHAT, API_EMBEDDING };
 
 /* What a handler needs to parse a request. */
@@ -39,13 +56,27 @@ typedef struct api_env {
     int64_t n_ctx;             /* per request; 0 when unknown */
 } api_env;
 
+/* The most choices (`n`) of one request, and inputs of one /v1/embeddings
+ * request (OpenAI's limit). */
+#define API_MAX_CHOICES 16
+#define API_MAX_EMBED_INPUTS 2048
+
+/* One embeddings input as token ids (malloc'd). */
+typedef struct api_input {
+    int32_t *ids;
+    size_t n;
+} api_input;
+
 typedef struct api_gen {
     enum api_kind kind;
+    size_t n_choices;               /* `n`, 1..API_MAX_CHOICES (1 for embeddings) */
     bool stream, include_usage;
     char *stops[TEXTGEN_MAX_STOPS]; /* malloc'd */
     size_t n_stops;
-    int32_t *prompt;                /* malloc'd */
+    int32_t *prompt;                /* completions and chat; malloc'd */
     size_t n_prompt;
+    api_input *inputs;              /* embeddings: (n_inputs), malloc'd; prompt unused */
+    size_t n_inputs;
     int64_t max_tokens;             /* -1: up to the context */
     proto_sampling sampling;        /* logit_bias malloc'd */
     int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
@@ -62,8 +93,14 @@ typedef struct api_gen {
 int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size_t len,
                   api_gen *g, api_error *e);
 void api_gen_free(api_gen *g);
-/* Moves prompt, sampling and limits into r's gen (or emb); g keeps the stops. */
+/* Moves prompt, sampling and limits into r's gen (or inputs[0] into r's
+ * emb); g keeps the stops. For a request of one choice and one input. */
 void api_gen_move_to(api_gen *g, sreq *r);
+/* Copies into r what its engine request needs: for completions and chat,
+ * choice i of g->n_choices (the prompt, limits and sampling, with a given
+ * seed as seed + i, modulo 2^63, so each choice has its own stream); for
+ * embeddings, inputs[i]. g is unchanged. 0, or STRATA_ENOMEM. */
+int api_gen_copy_to(const api_gen *g, size_t i, sreq *r);
 
 /* A request's figures once it is terminal (read under its result_lock). */
 typedef struct api_result {
@@ -71,11 +108,21 @@ typedef struct api_result {
     const char *finish_reason; /* "stop", "length" */
     sreq_stats stats;
     int64_t prompt_tokens, completion_tokens;
+    int64_t cached_tokens;     /* usage.prompt_tokens_details.cached_tokens */
     double queue_ms, ttft_ms;
-    int replica;
+    int replica;               /* -1: none, or (a sum) not all the same */
 } api_result;
 
-/* The `timings` and `usage` objects. */
+/* The figures of a request served as n engine requests (choices, or
+ * embeddings inputs), into out: tokens and engine statistics summed; with
+ * prompt_once (the choices of one prompt) prompt_tokens and cached_tokens
+ * are the first's, as OpenAI counts a prompt once; queue_ms the longest
+ * wait; ttft_ms the first token of any; replica the one they share, else -1;
+ * finish_reason the first's. n >= 1. */
+void api_result_sum(const api_result *rs, size_t n, bool prompt_once, api_result *out);
+
+/* The `timings` (milliseconds and per-second rates rounded to 3 decimals)
+ * and `usage` objects. */
 json_t *api_timings(const api_result *res);
 json_t *api_usage(const api_result *res);
 
@@ -99,21 +146,43 @@ typedef struct api_lp_token {
 json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token *toks, size_t n,
                      size_t n_top);
 
-/* The whole non-streamed response. logprobs (stolen; NULL: null) is the
- * choice's. */
+/* One choice of a finished response. */
+typedef struct api_choice {
+    const char *text;
+    size_t n_text;
+    json_t *logprobs;      /* stolen; NULL: null */
+    const api_result *res; /* its finish_reason and figures */
+} api_choice;
+
+/* The whole non-streamed response of one choice. logprobs (stolen; NULL:
+ * null) is the choice's. */
 json_t *api_completion_body(const api_env *env, enum api_kind kind, const api_result *res,
                             const char *text, size_t n_text, json_t *logprobs);
-/* One streamed chunk: text (may be empty), finish_reason NULL until the last
- * chunk, first: the chat chunk carries role; logprobs (stolen; NULL: null)
- * those of the tokens whose text this chunk begins. */
-json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial,
+/* The same for n >= 1 choices (choices[i] has index i): usage and the
+ * top-level timings are total's; with n > 1 each choice also carries its
+ * own `timings`. Each ch[i].logprobs is stolen. */
+json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t serial,
+                              api_choice *ch, size_t n, const api_result *total);
+/* One streamed chunk of choice `index`: text (may be empty), finish_reason
+ * NULL until the choice's last chunk, first: the chat chunk carries role;
+ * logprobs (stolen; NULL: null) those of the tokens whose text this chunk
+ * begins. */
+json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial, size_t index,
                          const char *text, size_t n_text, const char *finish_reason, bool first,
                          json_t *logprobs);
-/* The /v1/embeddings response for vec[0..n): each number as JSON, or with
- * base64 the little-endian float32 bytes in base64 (OpenAI's
- * `encoding_format`, which its clients ask for by default). */
-json_t *api_embedding_body(const api_env *env, const api_result *res, const float *vec, size_t n,
-                           bool base64);
+
+/* One embedding: v[0..n). */
+typedef struct api_vec {
+    const float *v;
+    size_t n;
+} api_vec;
+
+/* The /v1/embeddings response: data[i] (with index i) for vecs[i], each
+ * number as JSON or, with base64, the little-endian float32 bytes in base64
+ * (OpenAI's `encoding_format`, which its clients ask for by default); usage
+ * and timings are total's. */
+json_t *api_embedding_body(const api_env *env, const api_result *total, const api_vec *vecs,
+                           size_t n, bool base64);
 /* Writes "data: <json>\n\n" to out and frees j. */
 int api_sse_event(sbuf *out, json_t *j);
 

@@ -2,13 +2,15 @@
  * routing, auth, bodies, and the handlers that wait on their request.
  *
  * Threads: every handler below runs on the connection's own MHD thread. A
- * generation handler owns one reference to its sreq and is the only reader
- * of that request's results besides nobody: it waits on result_cond in
+ * generation handler serves its HTTP request with one engine request (sreq)
+ * per choice (`n`) or per embeddings input, owns one reference to each, and
+ * is the only reader of their results: it waits on the waker they share in
  * 100 ms steps, checking between them whether the client closed its socket
- * (then the request is cancelled: dropped while queued, `stop` while
- * running) or whether the server is aborting. Streaming responses run the
- * same loop inside MHD's content-reader callback, which MHD calls on the
- * same connection thread. */
+ * (then every one is cancelled: dropped while queued, `stop` while running)
+ * or whether the server is aborting. Streaming responses run the same loop
+ * inside MHD's content-reader callback, which MHD calls on the same
+ * connection thread. A request that arrives before any engine was ever
+ * ready waits for one first (wait_first_engine). */
 #define _GNU_SOURCE
 #include "serve/server.h"
 
@@ -103,7 +105,7 @@ static enum MHD_Result respond(server *s, struct MHD_Connection *c, const char *
 static enum MHD_Result respond_json(server *s, struct MHD_Connection *c, const char *endpoint,
                                     int status, json_t *j)
 {
-    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *body = api_dumps(j);
     json_decref(j);
     return respond(s, c, endpoint, status, body, "application/json", NULL);
 }
@@ -146,145 +148,86 @@ static api_env make_env(server *s)
                      .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx};
 }
 
-/* --- waiting on a request --- */
+/* --- waiting on a request's engine requests --- */
+
+/* The server's statuses for a refused submission. */
+static void submit_error(enum pool_submit_result sr, api_error *e)
+{
+    if (sr == POOL_QUEUE_FULL) api_fail(e, 429, "queue_full", "the queue is full; retry later");
+    else if (sr == POOL_STOPPING) api_fail(e, 503, "shutting_down", "the server is shutting down");
+    else api_fail(e, 503, "no_engine", "no engine is ready");
+}
+
+/* A batch (several choices, several embeddings inputs) that was admitted
+ * (its first engine request accepted) is not refused halfway for a full
+ * queue: the rest are submitted as the queue takes them, and only when none
+ * of its own is left to wait for, for this long, does it fail with 429. */
+#define HTTP_BATCH_WAIT_MS 60000
 
 enum pump_result { PUMP_TEXT, PUMP_IDLE, PUMP_END, PUMP_GONE };
 
-typedef struct gen_run {
-    server *s;
-    sreq *r;
-    api_gen g;
-    api_env env;
-    textgen tg;
-    size_t seen;
+/* One engine request of an HTTP request: choice i of a completion or chat
+ * (`n` of them), or embeddings input i. Used by the handler's thread only. */
+typedef struct choice {
+    sreq *r;            /* the handler's reference */
+    textgen tg;         /* completions and chat */
+    bool tg_ready;
+    size_t seen;        /* ids of r->toks taken */
     size_t lp_sent;     /* tokens whose logprobs went out (tg.toks[0..lp_sent)) */
     bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
     bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
     char fail_msg[600];
+    bool ended;         /* terminal and its text finished; res and error are set */
+    bool error;         /* it ended in an error (err) */
+    api_error err;
+    api_result res;
+    bool first;         /* streamed: none of its chunks went out (chat: role comes first) */
+    bool reported;      /* streamed: its finish chunk went out */
+    sbuf text;          /* streamed: text not sent yet; else all of it */
+} choice;
+
+typedef struct gen_run {
+    server *s;
+    api_gen g;
+    api_env env;
+    uint64_t serial;
     int fd;
     const char *endpoint;
+    sreq_waker *w;       /* every choice's sreq signals it */
+    uint64_t w_seen;
+    choice *ch;
+    size_t n_ch;
+    size_t n_submitted;  /* ch[0..n_submitted) were handed to the pool */
+    size_t n_ended;
+    int64_t blocked_since_ns; /* refused with none of ours left to wait for; 0: not */
+    bool refused;        /* a submission failed for good: `refusal` */
+    api_error refusal;
+    int failed_choice;   /* the first choice that ended in an error; -1: none */
 } gen_run;
 
-/* Waits up to idle_ms for progress and turns new ids into text (appended to
- * text). PUMP_END once the request is terminal. */
-static enum pump_result pump(gen_run *gr, sbuf *text, int idle_ms)
+/* Hands the choices not yet submitted to the pool, in order, as far as it
+ * takes them (HTTP_BATCH_WAIT_MS). */
+static void submit_more(gen_run *gr)
 {
-    sreq *r = gr->r;
-    int waited = 0;
-    for (;;) {
-        pthread_mutex_lock(&r->result_lock);
-        if (r->n_toks == gr->seen && r->finish == SREQ_FINISH_NONE) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += HTTP_WAIT_STEP_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&r->result_cond, &r->result_lock, &ts);
+    while (gr->n_submitted < gr->n_ch && !gr->refused) {
+        enum pool_submit_result sr = pool_submit(gr->s->p, gr->ch[gr->n_submitted].r);
+        if (sr == POOL_SUBMITTED) {
+            gr->n_submitted++;
+            gr->blocked_since_ns = 0;
+            continue;
         }
-        size_t n_new = r->n_toks - gr->seen;
-        int32_t *ids = NULL;
-        if (n_new > 0) {
-            ids = malloc(n_new * sizeof(*ids));
-            if (ids != NULL) memcpy(ids, r->toks + gr->seen, n_new * sizeof(*ids));
-            else n_new = 0;
+        bool outstanding = gr->n_ended < gr->n_submitted;
+        /* A full queue, or no engine while ours wait in the queue for one
+         * (they then fail by themselves if none comes): try again later. */
+        if (gr->n_submitted > 0 && (sr == POOL_QUEUE_FULL || (sr == POOL_NO_ENGINE && outstanding))) {
+            if (outstanding) return;
+            int64_t now = strata_clock_ns();
+            if (gr->blocked_since_ns == 0) gr->blocked_since_ns = now;
+            if (now - gr->blocked_since_ns < (int64_t)HTTP_BATCH_WAIT_MS * 1000000) return;
         }
-        gr->seen += n_new;
-        enum sreq_finish fin = r->finish;
-        pthread_mutex_unlock(&r->result_lock);
-        size_t before = text->len;
-        for (size_t i = 0; i < n_new && !gr->tg.ended && !gr->failed; i++) {
-            strata_err err;
-            if (textgen_push(&gr->tg, ids[i], text, &err) != 0) {
-                /* The request keeps its slot until the engine's `done`. */
-                gr->failed = true;
-                snprintf(gr->fail_msg, sizeof(gr->fail_msg), "cannot detokenize the output: %s", err.msg);
-                LOG_ERROR("request %llu: %s; cancelling", (unsigned long long)r->serial, gr->fail_msg);
-                pool_cancel(gr->s->p, r);
-            }
-        }
-        free(ids);
-        if (gr->tg.hit_stop && !gr->stopped_by_us) {
-            gr->stopped_by_us = true;
-            pool_cancel(gr->s->p, r);
-        }
-        if (fin != SREQ_FINISH_NONE) {
-            strata_err err;
-            if (!gr->failed) textgen_finish(&gr->tg, text, &err);
-            return PUMP_END;
-        }
-        if (text->len > before) return PUMP_TEXT;
-        waited += HTTP_WAIT_STEP_MS;
-        if (client_gone(gr->fd) || atomic_load(&gr->s->aborting)) return PUMP_GONE;
-        if (idle_ms > 0 && waited >= idle_ms) return PUMP_IDLE;
+        gr->refused = true;
+        submit_error(sr, &gr->refusal);
     }
-}
-
-static void fill_result(gen_run *gr, api_result *res)
-{
-    sreq *r = gr->r;
-    pthread_mutex_lock(&r->result_lock);
-    memset(res, 0, sizeof(*res));
-    res->serial = r->serial;
-    res->stats = r->stats;
-    res->finish_reason = gr->tg.hit_stop || r->finish != SREQ_FINISH_LENGTH ? "stop" : "length";
-    res->prompt_tokens = (int64_t)gr->r->gen.n_tokens;
-    if (r->embed) res->prompt_tokens = (int64_t)r->emb.n_tokens;
-    res->completion_tokens = gr->tg.hit_stop ? (int64_t)gr->tg.n_consumed
-                             : r->stats.predicted_n > 0 ? r->stats.predicted_n
-                                                        : (int64_t)r->n_toks;
-    res->queue_ms = r->t_start_ns > 0 ? (double)(r->t_start_ns - r->t_submit_ns) / 1e6 : 0.0;
-    res->ttft_ms = r->t_first_ns > 0 ? (double)(r->t_first_ns - r->t_submit_ns) / 1e6 : 0.0;
-    res->replica = r->served_by;
-    int64_t t_first = r->t_first_ns, t_end = r->t_end_ns, t_submit = r->t_submit_ns;
-    size_t n_toks = r->n_toks;
-    pthread_mutex_unlock(&r->result_lock);
-    metrics *m = &gr->s->m;
-    metrics_add_tokens(m, res->prompt_tokens, (int64_t)n_toks);
-    if (t_first > 0) {
-        metrics_observe_ttft(m, (double)(t_first - t_submit) / 1e9);
-        if (n_toks > 1 && t_end > t_first) {
-            metrics_observe_itl(m, (double)(t_end - t_first) / 1e9, (int64_t)n_toks - 1);
-        }
-    }
-}
-
-/* The logprobs of the tokens that became visible since the last call
- * (textgen.h), as the choice's `logprobs` object; NULL when the request did
- * not ask for them. With none new, an object with empty lists when `always`,
- * else NULL. */
-static json_t *take_logprobs(gen_run *gr, bool always)
-{
-    if (gr->g.logprobs < 0) return NULL;
-    size_t from = gr->lp_sent, to = gr->tg.n_visible;
-    if (from >= to && !always) return NULL;
-    size_t n = to > from ? to - from : 0;
-    api_lp_token *t = calloc(n ? n : 1, sizeof(*t));
-    if (t == NULL) return NULL;
-    sreq *r = gr->r;
-    /* The reader may grow r->lps meanwhile: copy the entries under the lock;
-     * their `top` arrays never change once stored and live as long as r. */
-    pthread_mutex_lock(&r->result_lock);
-    for (size_t i = 0; i < n; i++) {
-        size_t k = from + i;
-        t[i].id = k < r->n_toks ? r->toks[k] : 0;
-        t[i].logprob = NAN;
-        if (r->lps != NULL && k < r->n_toks) {
-            t[i].logprob = r->lps[k].logprob;
-            t[i].top = r->lps[k].top;
-            t[i].n_top = r->lps[k].n_top;
-        }
-    }
-    pthread_mutex_unlock(&r->result_lock);
-    for (size_t i = 0; i < n; i++) {
-        t[i].bytes = textgen_token_bytes(&gr->tg, from + i, &t[i].n_bytes);
-        t[i].text_offset = gr->tg.toks[from + i].char_start;
-    }
-    json_t *j = api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
-    free(t);
-    gr->lp_sent = to > from ? to : from;
-    return j;
 }
 
 /* The HTTP status of a request that ended in an error. An engine's `err`
@@ -303,17 +246,17 @@ static int error_status(int status, const char *code)
     return status;
 }
 
-/* The request's error when it ended in one (and no stop string ended it
- * first): 0 otherwise. */
-static int result_error(gen_run *gr, api_error *e)
+/* A terminal choice's error (and no stop string ended it first): 0 when
+ * there is none. */
+static int choice_error(choice *c, api_error *e)
 {
-    sreq *r = gr->r;
+    sreq *r = c->r;
     /* The engine sent an id the server cannot turn into text: the engine's
      * failure, as an engine `err` is. */
-    if (gr->failed) return api_fail(e, 503, "bad_engine_output", "%s", gr->fail_msg);
+    if (c->failed) return api_fail(e, 503, "bad_engine_output", "%s", c->fail_msg);
     pthread_mutex_lock(&r->result_lock);
     int rc = 0;
-    if (r->finish == SREQ_FINISH_ERROR && !gr->tg.hit_stop) {
+    if (r->finish == SREQ_FINISH_ERROR && !c->tg.hit_stop) {
         rc = api_fail(e, error_status(r->err_status, r->err_code),
                       r->err_code[0] ? r->err_code : "engine_error", "%s",
                       r->err_msg[0] ? r->err_msg : "the engine failed");
@@ -322,18 +265,216 @@ static int result_error(gen_run *gr, api_error *e)
     return rc;
 }
 
+/* A terminal choice's figures (and its share of the metrics). */
+static void fill_result(gen_run *gr, choice *c, api_result *res)
+{
+    sreq *r = c->r;
+    pthread_mutex_lock(&r->result_lock);
+    memset(res, 0, sizeof(*res));
+    res->serial = r->serial;
+    res->stats = r->stats;
+    res->finish_reason = c->tg.hit_stop || r->finish != SREQ_FINISH_LENGTH ? "stop" : "length";
+    res->prompt_tokens = (int64_t)(r->embed ? r->emb.n_tokens : r->gen.n_tokens);
+    res->cached_tokens = r->stats.cached_n;
+    res->completion_tokens = c->tg.hit_stop ? (int64_t)c->tg.n_consumed
+                             : r->stats.predicted_n > 0 ? r->stats.predicted_n
+                                                        : (int64_t)r->n_toks;
+    res->queue_ms = r->t_start_ns > 0 ? (double)(r->t_start_ns - r->t_submit_ns) / 1e6 : 0.0;
+    res->ttft_ms = r->t_first_ns > 0 ? (double)(r->t_first_ns - r->t_submit_ns) / 1e6 : 0.0;
+    res->replica = r->served_by;
+    int64_t t_first = r->t_first_ns, t_end = r->t_end_ns, t_submit = r->t_submit_ns;
+    size_t n_toks = r->n_toks;
+    pthread_mutex_unlock(&r->result_lock);
+    metrics *m = &gr->s->m;
+    metrics_add_tokens(m, res->prompt_tokens, (int64_t)n_toks);
+    if (t_first > 0) {
+        metrics_observe_ttft(m, (double)(t_first - t_submit) / 1e9);
+        if (n_toks > 1 && t_end > t_first) {
+            metrics_observe_itl(m, (double)(t_end - t_first) / 1e9, (int64_t)n_toks - 1);
+        }
+    }
+}
+
+/* Takes a choice's new ids, turns them into text (appended to c->text), and
+ * once it is terminal finishes it. True when it made visible progress (text,
+ * or its end). */
+static bool choice_take(gen_run *gr, size_t i)
+{
+    choice *c = &gr->ch[i];
+    sreq *r = c->r;
+    pthread_mutex_lock(&r->result_lock);
+    size_t n_new = r->n_toks - c->seen;
+    int32_t *ids = NULL;
+    if (n_new > 0) {
+        ids = malloc(n_new * sizeof(*ids));
+        if (ids != NULL) memcpy(ids, r->toks + c->seen, n_new * sizeof(*ids));
+        else n_new = 0;
+    }
+    c->seen += n_new;
+    enum sreq_finish fin = r->finish;
+    pthread_mutex_unlock(&r->result_lock);
+    size_t before = c->text.len;
+    for (size_t k = 0; c->tg_ready && k < n_new && !c->tg.ended && !c->failed; k++) {
+        strata_err err;
+        if (textgen_push(&c->tg, ids[k], &c->text, &err) != 0) {
+            /* The request keeps its slot until the engine's `done`. */
+            c->failed = true;
+            snprintf(c->fail_msg, sizeof(c->fail_msg), "cannot detokenize the output: %s", err.msg);
+            LOG_ERROR("request %llu: %s; cancelling", (unsigned long long)r->serial, c->fail_msg);
+            pool_cancel(gr->s->p, r);
+        }
+    }
+    free(ids);
+    if (c->tg_ready && c->tg.hit_stop && !c->stopped_by_us) {
+        c->stopped_by_us = true;
+        pool_cancel(gr->s->p, r);
+    }
+    if (fin == SREQ_FINISH_NONE) return c->text.len > before;
+    strata_err err;
+    if (c->tg_ready && !c->failed) textgen_finish(&c->tg, &c->text, &err);
+    c->ended = true;
+    gr->n_ended++;
+    fill_result(gr, c, &c->res);
+    c->error = choice_error(c, &c->err) != 0;
+    if (c->error && gr->failed_choice < 0) gr->failed_choice = (int)i;
+    return true;
+}
+
+/* Waits up to idle_ms (0: no limit) for progress of any choice, submitting
+ * the ones still waiting for the queue meanwhile. PUMP_END once every
+ * choice is terminal, or one failed (the request then fails), or a
+ * submission was refused for good. */
+static enum pump_result pump(gen_run *gr, int idle_ms)
+{
+    int64_t t0 = strata_clock_ns();
+    for (;;) {
+        submit_more(gr);
+        bool progress = false;
+        for (size_t i = 0; i < gr->n_submitted; i++) {
+            if (!gr->ch[i].ended && choice_take(gr, i)) progress = true;
+        }
+        if (gr->refused || gr->failed_choice >= 0 || gr->n_ended == gr->n_ch) return PUMP_END;
+        if (progress) return PUMP_TEXT;
+        if (client_gone(gr->fd) || atomic_load(&gr->s->aborting)) return PUMP_GONE;
+        if (idle_ms > 0 && strata_clock_ns() - t0 >= (int64_t)idle_ms * 1000000) return PUMP_IDLE;
+        sreq_waker_wait(gr->w, &gr->w_seen, HTTP_WAIT_STEP_MS);
+    }
+}
+
+/* The request's error once pump ended: the refusal, or the first failed
+ * choice's. 0 when it succeeded. */
+static int gen_error(gen_run *gr, api_error *e)
+{
+    if (gr->failed_choice >= 0) {
+        *e = gr->ch[gr->failed_choice].err;
+        return -1;
+    }
+    if (gr->refused) {
+        *e = gr->refusal;
+        return -1;
+    }
+    return 0;
+}
+
+/* The logprobs of a choice's tokens that became visible since the last call
+ * (textgen.h), as the choice's `logprobs` object; NULL when the request did
+ * not ask for them. With none new, an object with empty lists when `always`,
+ * else NULL. */
+static json_t *take_logprobs(gen_run *gr, choice *c, bool always)
+{
+    if (gr->g.logprobs < 0 || !c->tg_ready) return NULL;
+    size_t from = c->lp_sent, to = c->tg.n_visible;
+    if (from >= to && !always) return NULL;
+    size_t n = to > from ? to - from : 0;
+    api_lp_token *t = calloc(n ? n : 1, sizeof(*t));
+    if (t == NULL) return NULL;
+    sreq *r = c->r;
+    /* The reader may grow r->lps meanwhile: copy the entries under the lock;
+     * their `top` arrays never change once stored and live as long as r. */
+    pthread_mutex_lock(&r->result_lock);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = from + i;
+        t[i].id = k < r->n_toks ? r->toks[k] : 0;
+        t[i].logprob = NAN;
+        if (r->lps != NULL && k < r->n_toks) {
+            t[i].logprob = r->lps[k].logprob;
+            t[i].top = r->lps[k].top;
+            t[i].n_top = r->lps[k].n_top;
+        }
+    }
+    pthread_mutex_unlock(&r->result_lock);
+    for (size_t i = 0; i < n; i++) {
+        t[i].bytes = textgen_token_bytes(&c->tg, from + i, &t[i].n_bytes);
+        t[i].text_offset = c->tg.toks[from + i].char_start;
+    }
+    json_t *j = api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
+    free(t);
+    c->lp_sent = to > from ? to : from;
+    return j;
+}
+
+/* The figures of the whole request (api_result_sum) from its ended
+ * choices. */
+static void total_result(gen_run *gr, api_result *out)
+{
+    api_result *rs = calloc(gr->n_ch, sizeof(*rs));
+    if (rs == NULL) {
+        *out = gr->ch[0].res;
+        return;
+    }
+    for (size_t i = 0; i < gr->n_ch; i++) rs[i] = gr->ch[i].res;
+    api_result_sum(rs, gr->n_ch, gr->g.kind != API_EMBEDDING, out);
+    free(rs);
+}
+
 static void gen_run_free(gen_run *gr)
 {
-    if (gr->r != NULL) {
-        pthread_mutex_lock(&gr->r->result_lock);
-        bool open = gr->r->finish == SREQ_FINISH_NONE;
-        pthread_mutex_unlock(&gr->r->result_lock);
-        if (open) pool_cancel(gr->s->p, gr->r); /* it keeps its slot until `done` */
-        sreq_release(gr->r);
+    for (size_t i = 0; i < gr->n_ch; i++) {
+        choice *c = &gr->ch[i];
+        if (c->r != NULL && i < gr->n_submitted) {
+            pthread_mutex_lock(&c->r->result_lock);
+            bool open = c->r->finish == SREQ_FINISH_NONE;
+            pthread_mutex_unlock(&c->r->result_lock);
+            if (open) pool_cancel(gr->s->p, c->r); /* it keeps its slot until `done` */
+        }
+        sreq_release(c->r);
+        if (c->tg_ready) textgen_free(&c->tg);
+        sbuf_free(&c->text);
     }
-    textgen_free(&gr->tg);
+    free(gr->ch);
+    sreq_waker_release(gr->w);
     api_gen_free(&gr->g);
     free(gr);
+}
+
+/* Sets up one engine request per choice (or embeddings input), all
+ * signalling gr->w. 0, or -1 (out of memory, or a prompt the detokenizer
+ * cannot take). */
+static int gen_run_prepare(gen_run *gr)
+{
+    bool embed = gr->g.kind == API_EMBEDDING;
+    size_t n = embed ? gr->g.n_inputs : gr->g.n_choices;
+    gr->w = sreq_waker_new();
+    gr->ch = calloc(n ? n : 1, sizeof(*gr->ch));
+    if (gr->w == NULL || gr->ch == NULL) return -1;
+    gr->n_ch = n;
+    for (size_t i = 0; i < n; i++) {
+        choice *c = &gr->ch[i];
+        c->first = true;
+        c->r = sreq_new(gr->serial, embed);
+        if (c->r == NULL) return -1;
+        sreq_set_waker(c->r, gr->w);
+        if (api_gen_copy_to(&gr->g, i, c->r) != 0) return -1;
+        if (embed) continue;
+        strata_err err;
+        if (textgen_init(&c->tg, gr->s->cfg.voc, gr->g.prompt, gr->g.n_prompt,
+                         (const char *const *)gr->g.stops, gr->g.n_stops, &err) != 0) {
+            textgen_free(&c->tg);
+            return -1;
+        }
+        c->tg_ready = true;
+    }
+    return 0;
 }
 
 /* --- streaming --- */
@@ -342,63 +483,73 @@ typedef struct stream_st {
     gen_run *gr;
     sbuf out;
     size_t off;
-    bool first, finished;
+    bool finished;
 } stream_st;
 
-/* Produces the next SSE events into st->out; false when the client left. */
+/* Produces the next SSE events into st->out; false when the client left.
+ * Each choice's chunks carry its index, in the order its text comes; each
+ * choice gets its finish chunk (with its own timings) when it ends. */
 static bool stream_produce(stream_st *st)
 {
     gen_run *gr = st->gr;
-    sbuf text = {0};
-    enum pump_result k = pump(gr, &text, HTTP_KEEPALIVE_MS);
-    bool ok = true;
+    enum pump_result k = pump(gr, HTTP_KEEPALIVE_MS);
     if (k == PUMP_GONE) {
         LOG_INFO("request %llu: client gone during the stream; cancelling",
-                 (unsigned long long)gr->r->serial);
-        ok = false;
-    } else if (k == PUMP_IDLE) {
+                 (unsigned long long)gr->serial);
+        return false;
+    }
+    if (k == PUMP_IDLE) {
         sbuf_append(&st->out, ": keep-alive\n\n", 14);
-    } else {
-        json_t *lp = take_logprobs(gr, false);
-        if (text.len > 0 || lp != NULL) {
-            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial,
-                                                     text.data, text.len, NULL, st->first, lp));
-            st->first = false;
+        return true;
+    }
+    api_error e;
+    bool failed = gen_error(gr, &e) != 0;
+    for (size_t i = 0; i < gr->n_submitted; i++) {
+        choice *c = &gr->ch[i];
+        json_t *lp = take_logprobs(gr, c, false);
+        if (c->text.len > 0 || lp != NULL) {
+            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i,
+                                                     c->text.data, c->text.len, NULL, c->first,
+                                                     lp));
+            c->first = false;
         }
-        if (k == PUMP_END) {
-            api_error e;
-            api_result res;
-            fill_result(gr, &res);
-            if (result_error(gr, &e) != 0) {
-                LOG_INFO("request %llu: error after the stream began: %s",
-                         (unsigned long long)gr->r->serial, e.message);
-                char *body = api_error_body(&e);
-                sbuf_printf(&st->out, "data: %s\n\n", body ? body : "{}");
-                free(body);
-            } else {
-                json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
-                                                res.finish_reason, st->first, NULL);
-                json_object_set_new(last, "timings", api_timings(&res));
-                api_sse_event(&st->out, last);
-                if (gr->g.include_usage) {
-                    json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->r->serial, "", 0,
-                                                 NULL, false, NULL);
-                    json_object_set_new(u, "choices", json_array());
-                    json_object_set_new(u, "usage", api_usage(&res));
-                    json_object_set_new(u, "timings", api_timings(&res));
-                    api_sse_event(&st->out, u);
-                }
-                LOG_INFO("request %llu: %s done (%s, %lld+%lld tokens, replica %d)",
-                         (unsigned long long)gr->r->serial, gr->endpoint, res.finish_reason,
-                         (long long)res.prompt_tokens, (long long)res.completion_tokens,
-                         res.replica);
-            }
-            sbuf_append(&st->out, "data: [DONE]\n\n", 14);
-            st->finished = true;
+        c->text.len = 0;
+        if (c->text.data != NULL) c->text.data[0] = '\0';
+        if (c->ended && !c->reported && !failed) {
+            json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, "", 0,
+                                            c->res.finish_reason, c->first, NULL);
+            json_object_set_new(last, "timings", api_timings(&c->res));
+            api_sse_event(&st->out, last);
+            c->first = false;
+            c->reported = true;
         }
     }
-    sbuf_free(&text);
-    return ok;
+    if (k != PUMP_END) return true;
+    if (failed) {
+        LOG_INFO("request %llu: error after the stream began: %s", (unsigned long long)gr->serial,
+                 e.message);
+        char *body = api_error_body(&e);
+        sbuf_printf(&st->out, "data: %s\n\n", body ? body : "{}");
+        free(body);
+    } else {
+        api_result total;
+        total_result(gr, &total);
+        if (gr->g.include_usage) {
+            json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, 0, "", 0, NULL, false,
+                                         NULL);
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", api_usage(&total));
+            json_object_set_new(u, "timings", api_timings(&total));
+            api_sse_event(&st->out, u);
+        }
+        LOG_INFO("request %llu: %s done (%s, %lld+%lld tokens, %zu choice(s), replica %d)",
+                 (unsigned long long)gr->serial, gr->endpoint, total.finish_reason,
+                 (long long)total.prompt_tokens, (long long)total.completion_tokens, gr->n_ch,
+                 total.replica);
+    }
+    sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    st->finished = true;
+    return true;
 }
 
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max)
@@ -429,6 +580,45 @@ static void stream_free(void *cls)
 
 /* --- handlers --- */
 
+/* Before any engine was ever ready the context is unknown and the request
+ * cannot be checked: it waits, as requests wait in the queue during a
+ * restart (pool.h's bounds), checking its client meanwhile. 0 when an engine
+ * has been ready (gr->env is then refreshed); else the error, or 1 when the
+ * client left. */
+static int wait_first_engine(gen_run *gr, api_error *e)
+{
+    server *s = gr->s;
+    int64_t since = strata_clock_ns();
+    LOG_INFO("request %llu: waiting for a first engine to be ready", (unsigned long long)gr->serial);
+    for (;;) {
+        int w = pool_wait_ever_ready(s->p, since, HTTP_WAIT_STEP_MS);
+        if (w == POOL_SUBMITTED) break;
+        if (w == POOL_NO_ENGINE) {
+            api_fail(e, 503, "no_engine", "no engine is ready: every replica keeps failing to start");
+            return -1;
+        }
+        if (w == -2) {
+            api_fail(e, 503, "no_engine", "no engine became ready in time");
+            return -1;
+        }
+        if (w >= 0) {
+            submit_error((enum pool_submit_result)w, e);
+            return -1;
+        }
+        if (atomic_load(&s->quiescing)) {
+            api_fail(e, 503, "shutting_down", "the server is shutting down");
+            return -1;
+        }
+        if (client_gone(gr->fd) || atomic_load(&s->aborting)) return 1;
+    }
+    gr->env = make_env(s);
+    if (gr->env.n_ctx == 0) {
+        api_fail(e, 503, "no_engine", "no engine is ready");
+        return -1;
+    }
+    return 0;
+}
+
 static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const char *endpoint,
                                   enum api_kind kind, hctx *h)
 {
@@ -442,34 +632,43 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     if (gr == NULL) return MHD_NO;
     gr->s = s;
     gr->endpoint = endpoint;
+    gr->serial = serial;
+    gr->failed_choice = -1;
     gr->env = make_env(s);
     gr->fd = conn_fd(c);
     if (gr->env.n_ctx == 0) {
-        free(gr);
-        api_fail(&e, 503, "no_engine", "no engine is ready yet");
-        return respond_error(s, c, endpoint, &e, serial);
+        int w = wait_first_engine(gr, &e);
+        if (w != 0) {
+            free(gr);
+            if (w < 0) return respond_error(s, c, endpoint, &e, serial);
+            LOG_INFO("request %llu: client gone before any engine was ready",
+                     (unsigned long long)serial);
+            metrics_count_request(&s->m, endpoint, 499);
+            return MHD_NO;
+        }
     }
     if (api_parse_gen(&gr->env, kind, h->body.data ? h->body.data : "", h->body.len, &gr->g, &e) != 0) {
         free(gr);
         return respond_error(s, c, endpoint, &e, serial);
     }
-    strata_err err;
-    gr->r = sreq_new(serial, kind == API_EMBEDDING);
-    if (gr->r == NULL || textgen_init(&gr->tg, s->cfg.voc, gr->g.prompt, gr->g.n_prompt,
-                                      (const char *const *)gr->g.stops, gr->g.n_stops, &err) != 0) {
+    if (gen_run_prepare(gr) != 0) {
         gen_run_free(gr);
         api_fail(&e, 500, "internal_error", "cannot set the request up");
         return respond_error(s, c, endpoint, &e, serial);
     }
-    api_gen_move_to(&gr->g, gr->r);
-    LOG_INFO("request %llu: %s, %zu prompt tokens, max_tokens %lld%s", (unsigned long long)serial,
-             endpoint, gr->r->embed ? gr->r->emb.n_tokens : gr->r->gen.n_tokens,
-             (long long)gr->r->gen.max_tokens, gr->g.stream ? ", streamed" : "");
-    enum pool_submit_result sr = pool_submit(s->p, gr->r);
-    if (sr != POOL_SUBMITTED) {
-        if (sr == POOL_QUEUE_FULL) api_fail(&e, 429, "queue_full", "the queue is full; retry later");
-        else if (sr == POOL_STOPPING) api_fail(&e, 503, "shutting_down", "the server is shutting down");
-        else api_fail(&e, 503, "no_engine", "no engine is ready");
+    if (kind == API_EMBEDDING) {
+        size_t n_tokens = 0;
+        for (size_t i = 0; i < gr->g.n_inputs; i++) n_tokens += gr->g.inputs[i].n;
+        LOG_INFO("request %llu: %s, %zu input(s), %zu tokens", (unsigned long long)serial, endpoint,
+                 gr->n_ch, n_tokens);
+    } else {
+        LOG_INFO("request %llu: %s, %zu prompt tokens, max_tokens %lld, %zu choice(s)%s",
+                 (unsigned long long)serial, endpoint, gr->g.n_prompt, (long long)gr->g.max_tokens,
+                 gr->n_ch, gr->g.stream ? ", streamed" : "");
+    }
+    submit_more(gr);
+    if (gr->n_submitted == 0) {
+        e = gr->refusal;
         gen_run_free(gr);
         return respond_error(s, c, endpoint, &e, serial);
     }
@@ -485,7 +684,6 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
             return MHD_NO;
         }
         st->gr = gr;
-        st->first = true;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
@@ -493,9 +691,8 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         metrics_count_request(&s->m, endpoint, 200);
         return ret;
     }
-    sbuf text = {0};
     enum pump_result k;
-    while ((k = pump(gr, &text, 0)) != PUMP_END && k != PUMP_GONE) {
+    while ((k = pump(gr, 0)) != PUMP_END && k != PUMP_GONE) {
     }
     enum MHD_Result ret;
     if (k == PUMP_GONE) {
@@ -503,29 +700,46 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
                  (unsigned long long)serial);
         metrics_count_request(&s->m, endpoint, 499);
         ret = MHD_NO;
-    } else if (result_error(gr, &e) != 0) {
+    } else if (gen_error(gr, &e) != 0) {
         ret = respond_error(s, c, endpoint, &e, serial);
     } else {
-        api_result res;
-        fill_result(gr, &res);
-        json_t *body;
+        api_result total;
+        total_result(gr, &total);
+        json_t *body = NULL;
         if (kind == API_EMBEDDING) {
-            /* terminal: the reader writes the vector no more */
-            pthread_mutex_lock(&gr->r->result_lock);
-            const float *vec = gr->r->vec;
-            size_t n_vec = gr->r->n_vec;
-            pthread_mutex_unlock(&gr->r->result_lock);
-            body = api_embedding_body(&gr->env, &res, vec, n_vec, gr->g.base64);
+            api_vec *vecs = calloc(gr->n_ch, sizeof(*vecs));
+            for (size_t i = 0; vecs != NULL && i < gr->n_ch; i++) {
+                /* terminal: the reader writes the vector no more */
+                sreq *r = gr->ch[i].r;
+                pthread_mutex_lock(&r->result_lock);
+                vecs[i] = (api_vec){r->vec, r->n_vec};
+                pthread_mutex_unlock(&r->result_lock);
+            }
+            if (vecs != NULL) body = api_embedding_body(&gr->env, &total, vecs, gr->n_ch, gr->g.base64);
+            free(vecs);
         } else {
-            body = api_completion_body(&gr->env, kind, &res, text.data ? text.data : "", text.len,
-                                       take_logprobs(gr, true));
+            api_choice *chs = calloc(gr->n_ch, sizeof(*chs));
+            for (size_t i = 0; chs != NULL && i < gr->n_ch; i++) {
+                choice *ch = &gr->ch[i];
+                chs[i] = (api_choice){.text = ch->text.data ? ch->text.data : "",
+                                      .n_text = ch->text.len,
+                                      .logprobs = take_logprobs(gr, ch, true),
+                                      .res = &ch->res};
+            }
+            if (chs != NULL) body = api_completion_body_n(&gr->env, kind, serial, chs, gr->n_ch, &total);
+            free(chs);
         }
-        LOG_INFO("request %llu: %s -> 200 (%s, %lld+%lld tokens, replica %d)",
-                 (unsigned long long)serial, endpoint, res.finish_reason,
-                 (long long)res.prompt_tokens, (long long)res.completion_tokens, res.replica);
-        ret = respond_json(s, c, endpoint, 200, body);
+        LOG_INFO("request %llu: %s -> 200 (%s, %lld+%lld tokens, %zu engine request(s), replica %d)",
+                 (unsigned long long)serial, endpoint, total.finish_reason,
+                 (long long)total.prompt_tokens, (long long)total.completion_tokens, gr->n_ch,
+                 total.replica);
+        if (body == NULL) {
+            api_fail(&e, 500, "internal_error", "out of memory");
+            ret = respond_error(s, c, endpoint, &e, serial);
+        } else {
+            ret = respond_json(s, c, endpoint, 200, body);
+        }
     }
-    sbuf_free(&text);
     gen_run_free(gr);
     return ret;
 }

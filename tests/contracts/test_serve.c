@@ -1048,7 +1048,7 @@ static void test_http_errors(void **state)
     assert_int_equal(status_of(&s, "GET", "/v1/nothing", NULL, key, NULL), 404);
     assert_int_equal(status_of(&s, "GET", "/v1/completions", NULL, key, NULL), 405);
     assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":", key, NULL), 400);
-    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", key, NULL), 400);
+    assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":17}", key, NULL), 400);
     assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":[1,99999]}", key, NULL), 400);
     assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":\"hot\"}", key, NULL), 400);
     assert_int_equal(status_of(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}", key, NULL), 400);

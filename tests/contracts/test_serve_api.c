@@ -2,7 +2,9 @@
  * `encoding_format`: an engine's `err` or an engine that sends what the
  * server cannot use is the engine's failure (503, worth a retry), never a
  * 500; embeddings come as JSON numbers or, as OpenAI's clients ask by
- * default, base64 of little-endian float32. */
+ * default, base64 of little-endian float32. Also the pieces of requests
+ * served by several engine requests (api.h): embeddings inputs, the seeds
+ * of `n` choices, the summed figures; and how timings print. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -71,21 +73,160 @@ static void test_base64_floats(void **state)
     api_result res = {.prompt_tokens = 3};
     /* 1.0f = 00 00 80 3f, -2.5f = 00 00 20 c0, 0.5f = 00 00 00 3f (little-endian) */
     const float v[3] = {1.0f, -2.5f, 0.5f};
-    json_t *j = api_embedding_body(&env, &res, v, 1, true);
+    api_vec one = {v, 1}, two = {v, 2}, three = {v, 3};
+    json_t *j = api_embedding_body(&env, &res, &one, 1, true);
     assert_string_equal(embedding_of(j), "AACAPw==");
     json_decref(j);
-    j = api_embedding_body(&env, &res, v, 2, true);
+    j = api_embedding_body(&env, &res, &two, 1, true);
     assert_string_equal(embedding_of(j), "AACAPwAAIMA=");
     json_decref(j);
-    j = api_embedding_body(&env, &res, v, 3, true);
+    j = api_embedding_body(&env, &res, &three, 1, true);
     assert_string_equal(embedding_of(j), "AACAPwAAIMAAAAA/");
     json_decref(j);
-    j = api_embedding_body(&env, &res, v, 3, false);
+    j = api_embedding_body(&env, &res, &three, 1, false);
     json_t *a = json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding");
     assert_int_equal(json_array_size(a), 3);
     assert_true(json_real_value(json_array_get(a, 1)) == -2.5);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 3);
     json_decref(j);
+}
+
+/* Timings print rounded to 3 decimals; float32 values (logprobs,
+ * embeddings) still print exactly enough to give back the same float. */
+static void test_timings_print_short(void **state)
+{
+    (void)state;
+    api_result res = {.queue_ms = 0.029763999999999999, .ttft_ms = 115.91849999,
+                      .stats = {.prompt_n = 5, .prompt_ms = 108.0004, .predicted_n = 3,
+                                .predicted_ms = 7.0},
+                      .replica = 1};
+    json_t *t = api_timings(&res);
+    char *s = api_dumps(t);
+    assert_string_equal(s, "{\"queue_ms\":0.03,\"prompt_n\":5,\"cached_n\":0,\"prompt_ms\":108.0,"
+                           "\"ttft_ms\":115.918,\"predicted_n\":3,\"predicted_ms\":7.0,"
+                           "\"predicted_per_second\":428.571,\"replica\":1}");
+    free(s);
+    json_decref(t);
+    const float xs[] = {-0.1f, 1e-8f, -12.3456789f, 3.40282347e38f, 1.17549435e-38f};
+    for (size_t i = 0; i < sizeof(xs) / sizeof(xs[0]); i++) {
+        json_t *a = json_pack("[f]", (double)xs[i]);
+        char *d = api_dumps(a);
+        json_t *back = json_loads(d, 0, NULL);
+        assert_true((float)json_real_value(json_array_get(back, 0)) == xs[i]);
+        assert_true(strlen(d) <= 2 + 16);
+        json_decref(back);
+        free(d);
+        json_decref(a);
+    }
+}
+
+static int parse_inputs(const char *body, api_gen *g, char *msg, size_t cap)
+{
+    api_env env = {.voc = g_voc, .model_name = "stories260K", .n_ctx = 8};
+    api_error e;
+    if (api_parse_gen(&env, API_EMBEDDING, body, strlen(body), g, &e) != 0) {
+        snprintf(msg, cap, "%s", e.message);
+        return e.status;
+    }
+    return 200;
+}
+
+static void test_embedding_input_forms(void **state)
+{
+    (void)state;
+    api_gen g;
+    char msg[400];
+    assert_int_equal(parse_inputs("{\"input\":[3,4,5]}", &g, msg, sizeof(msg)), 200);
+    assert_int_equal(g.n_inputs, 1);
+    assert_int_equal(g.inputs[0].n, 3);
+    assert_int_equal(g.inputs[0].ids[2], 5);
+    api_gen_free(&g);
+    assert_int_equal(parse_inputs("{\"input\":[[3],[4,5],[6,7,8,9,10,11,12,13]]}", &g, msg, sizeof(msg)), 200);
+    assert_int_equal(g.n_inputs, 3);
+    assert_int_equal(g.inputs[1].n, 2);
+    assert_int_equal(g.inputs[2].n, 8); /* the whole context: an embedding may fill it */
+    assert_int_equal(g.inputs[2].ids[7], 13);
+    /* each copied into its own engine request, in order */
+    sreq *r = sreq_new(1, true);
+    assert_int_equal(api_gen_copy_to(&g, 1, r), 0);
+    assert_int_equal(r->emb.n_tokens, 2);
+    assert_int_equal(r->emb.tokens[0], 4);
+    assert_true(r->emb.tokens != g.inputs[1].ids);
+    sreq_release(r);
+    api_gen_free(&g);
+    assert_int_equal(parse_inputs("{\"input\":[\"Hi\",\"Once\",\"a\"]}", &g, msg, sizeof(msg)), 200);
+    assert_int_equal(g.n_inputs, 3);
+    assert_int_equal(g.inputs[0].ids[0], 1); /* BOS */
+    api_gen_free(&g);
+    assert_int_equal(parse_inputs("{\"input\":[[3],[4,5,6,7,8,9,10,11,12]]}", &g, msg, sizeof(msg)), 400);
+    assert_string_equal(msg, "`input[1]` has 9 tokens; the context holds 8");
+    assert_int_equal(parse_inputs("{\"input\":[[3],[4,\"5\"]]}", &g, msg, sizeof(msg)), 400);
+    assert_non_null(strstr(msg, "`input[1][1]`"));
+}
+
+/* Choice i samples with seed + i (wrapping in [0, 2^63)), each with its own
+ * copy of the prompt and bias; without a seed none is set (the engine then
+ * draws one per request). */
+static void test_choices_seeds(void **state)
+{
+    (void)state;
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 64};
+    api_gen g;
+    api_error e;
+    const char *body = "{\"prompt\":[1,2,3],\"n\":3,\"seed\":9223372036854775806,"
+                       "\"logit_bias\":{\"7\":2},\"max_tokens\":5}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    assert_int_equal(g.n_choices, 3);
+    uint64_t want[3] = {9223372036854775806ULL, 9223372036854775807ULL, 0};
+    for (size_t i = 0; i < 3; i++) {
+        sreq *r = sreq_new(1, false);
+        assert_int_equal(api_gen_copy_to(&g, i, r), 0);
+        assert_true(r->gen.sampling.has_seed);
+        assert_true(r->gen.sampling.seed == want[i]);
+        assert_int_equal(r->gen.n_tokens, 3);
+        assert_int_equal(r->gen.max_tokens, 5);
+        assert_int_equal(r->gen.sampling.n_logit_bias, 1);
+        assert_true(r->gen.sampling.logit_bias != g.sampling.logit_bias);
+        sreq_release(r);
+    }
+    api_gen_free(&g);
+    body = "{\"prompt\":[1,2,3],\"n\":2}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    sreq *r = sreq_new(1, false);
+    assert_int_equal(api_gen_copy_to(&g, 1, r), 0);
+    assert_false(r->gen.sampling.has_seed);
+    sreq_release(r);
+    api_gen_free(&g);
+}
+
+static void test_result_sum(void **state)
+{
+    (void)state;
+    api_result rs[3] = {
+        {.finish_reason = "stop", .prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2,
+         .queue_ms = 1.0, .ttft_ms = 4.0, .replica = 0,
+         .stats = {.prompt_n = 5, .cached_n = 2, .predicted_n = 3, .prompt_ms = 1.5, .predicted_ms = 2.0}},
+        {.finish_reason = "length", .prompt_tokens = 5, .completion_tokens = 7, .cached_tokens = 5,
+         .queue_ms = 3.0, .ttft_ms = 2.0, .replica = 0,
+         .stats = {.prompt_n = 5, .cached_n = 5, .predicted_n = 7, .prompt_ms = 0.5, .predicted_ms = 3.0}},
+        {.finish_reason = "stop", .prompt_tokens = 5, .completion_tokens = 1, .queue_ms = 2.0,
+         .ttft_ms = 0.0, .replica = 1, .stats = {.prompt_n = 5, .predicted_n = 1}},
+    };
+    api_result t;
+    api_result_sum(rs, 3, true, &t);
+    assert_int_equal(t.prompt_tokens, 5);
+    assert_int_equal(t.cached_tokens, 2);
+    assert_int_equal(t.completion_tokens, 11);
+    assert_int_equal(t.stats.prompt_n, 15);
+    assert_int_equal(t.stats.predicted_n, 11);
+    assert_true(t.stats.prompt_ms == 2.0 && t.stats.predicted_ms == 5.0);
+    assert_true(t.queue_ms == 3.0 && t.ttft_ms == 2.0);
+    assert_int_equal(t.replica, -1);
+    assert_string_equal(t.finish_reason, "stop");
+    api_result_sum(rs, 2, false, &t);
+    assert_int_equal(t.prompt_tokens, 10);
+    assert_int_equal(t.cached_tokens, 7);
+    assert_int_equal(t.replica, 0);
 }
 
 static char g_log[512];
@@ -161,6 +302,10 @@ static void test_engine_failures_are_503(void **state)
 ST_MODEL_TEST(test_encoding_format)
 ST_MODEL_TEST(test_base64_floats)
 ST_MODEL_TEST(test_engine_failures_are_503)
+ST_MODEL_TEST(test_timings_print_short)
+ST_MODEL_TEST(test_embedding_input_forms)
+ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_result_sum)
 
 int main(void)
 {
@@ -169,6 +314,10 @@ int main(void)
         cmocka_unit_test(test_encoding_format_guard),
         cmocka_unit_test(test_base64_floats_guard),
         cmocka_unit_test_teardown(test_engine_failures_are_503_guard, st_kill_leftover),
+        cmocka_unit_test(test_timings_print_short_guard),
+        cmocka_unit_test(test_embedding_input_forms_guard),
+        cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_result_sum_guard),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

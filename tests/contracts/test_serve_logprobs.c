@@ -240,7 +240,7 @@ static void test_choice_carries_logprobs(void **state)
     assert_true(json_is_null(json_object_get(choice, "logprobs")));
     json_decref(j);
     lp = json_pack("{s:[s]}", "tokens", "x");
-    j = api_stream_chunk(&env, API_COMPLETION, 5, "x", 1, NULL, true, lp);
+    j = api_stream_chunk(&env, API_COMPLETION, 5, 0, "x", 1, NULL, true, lp);
     choice = json_array_get(json_object_get(j, "choices"), 0);
     assert_string_equal(json_string_value(json_array_get(
                             json_object_get(json_object_get(choice, "logprobs"), "tokens"), 0)),
