@@ -95,8 +95,8 @@ static bool is_wpm_mark(uint32_t cp)
 /* BERT's "Chinese character" blocks: the CJK Unified Ideographs and their
  * extensions and compatibility blocks (not kana or hangul). The range after
  * Extension D starts at U+2B920, not U+2B820 where Extension E starts: so
- * in BERT's own code and in both llama.cpp's and Hugging Face's, and the
- * ids depend on it (U+2B820..U+2B91F stay inside words). */
+ * in llama.cpp and in Hugging Face's Rust tokenizers, and the ids depend on
+ * it (U+2B820..U+2B91F stay inside words). */
 static bool is_cjk(uint32_t cp)
 {
     return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||

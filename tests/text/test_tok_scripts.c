@@ -168,6 +168,9 @@ static void test_bert_hangul_and_cjk(void **state)
     /* An ideograph the vocab lacks is UNK on its own, not with its
      * neighbours. */
     EXPECT(v, "世界", false, "\xe2\x96\x81世", "[UNK]");
+    /* U+2B820 (Extension E) is outside the ideograph ranges that split:
+     * "a", it, "b" are one word, which no tokens cover. */
+    EXPECT(v, "a\xf0\xab\xa0\xa0" "b", false, "[UNK]");
     vocab_free(v);
 }
 
