@@ -299,6 +299,68 @@ static void test_engine_failures_are_503(void **state)
     srv_stop();
 }
 
+static int count_lines(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    char line[128];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL) n += strncmp(line, prefix, strlen(prefix)) == 0;
+    fclose(f);
+    return n;
+}
+
+/* Polls until path has n lines starting with prefix (bounded: ~10 s). */
+static void wait_lines(const char *path, const char *prefix, int n)
+{
+    for (int i = 0; i < 200 && count_lines(path, prefix) < n; i++) usleep(50 * 1000);
+    assert_int_equal(count_lines(path, prefix), n);
+}
+
+/* The choices of one request fail together (one failure fails the request)
+ * and a client that leaves cancels every one: those running get `stop`,
+ * the one still queued is dropped, and the slots are free again. */
+static void test_choices_fail_and_cancel_together(void **state)
+{
+    (void)state;
+    char log[600];
+    snprintf(log, sizeof(log), "%s/fake-choices-%d.log", testdata_scratch_dir(), (int)getpid());
+    setenv("FAKE_ENGINE_LOG", log, 1);
+    int port = srv_start();
+    unsetenv("FAKE_ENGINE_LOG");
+    char body[256];
+    script(body, sizeof(body), 1 /* ERR */, 21, 0, 0, 2, "\"n\":2");
+    expect_error(port, body, 503, "internal");
+    script(body, sizeof(body), 1, 22, 0, 0, 2, "\"n\":2,\"stream\":true");
+    http_response hr;
+    assert_int_equal(http_do(port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    assert_non_null(strstr(hr.body, "data: {\"error\":"));
+    assert_non_null(strstr(hr.body, "\"code\":\"internal\""));
+    assert_null(strstr(hr.body, "\"finish_reason\":\"")); /* no choice ends well */
+    assert_non_null(strstr(hr.body, "data: [DONE]"));
+    http_response_free(&hr);
+    /* 3 silent choices on 2 slots; the client leaves */
+    script(body, sizeof(body), 4 /* SILENT */, 23, 0, 0, 0, "\"n\":3");
+    int fd = http_connect(port, 30);
+    assert_true(fd >= 0);
+    assert_int_equal(http_send_request(fd, "POST", "/v1/completions", body, NULL), 0);
+    wait_lines(log, "gen 23", 2);
+    close(fd);
+    wait_lines(log, "stop 23", 2);
+    usleep(200 * 1000);
+    assert_int_equal(count_lines(log, "gen 23"), 2); /* the queued one never started */
+    /* the slots are free: two choices at once */
+    script(body, sizeof(body), 0 /* NORMAL */, 24, 3, 0, 0, "\"n\":2");
+    assert_int_equal(http_do(port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    json_t *j = json_loads(hr.body, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "choices")), 2);
+    json_decref(j);
+    http_response_free(&hr);
+    srv_stop();
+}
+
 ST_MODEL_TEST(test_encoding_format)
 ST_MODEL_TEST(test_base64_floats)
 ST_MODEL_TEST(test_engine_failures_are_503)
@@ -306,6 +368,7 @@ ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
 ST_MODEL_TEST(test_result_sum)
+ST_MODEL_TEST(test_choices_fail_and_cancel_together)
 
 int main(void)
 {
@@ -318,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
         cmocka_unit_test(test_result_sum_guard),
+        cmocka_unit_test_teardown(test_choices_fail_and_cancel_together_guard, st_kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }
