@@ -199,6 +199,7 @@ typedef struct gen_run {
     size_t n_ch;
     size_t n_submitted;  /* ch[0..n_submitted) were handed to the pool */
     size_t n_ended;
+    size_t first_open;   /* ch[0..first_open) have all ended: skipped when polling */
     int64_t blocked_since_ns; /* refused with none of ours left to wait for; 0: not */
     bool refused;        /* a submission failed for good: `refusal` */
     api_error refusal;
@@ -350,9 +351,10 @@ static enum pump_result pump(gen_run *gr, int idle_ms)
     for (;;) {
         submit_more(gr);
         bool progress = false;
-        for (size_t i = 0; i < gr->n_submitted; i++) {
+        for (size_t i = gr->first_open; i < gr->n_submitted; i++) {
             if (!gr->ch[i].ended && choice_take(gr, i)) progress = true;
         }
+        while (gr->first_open < gr->n_submitted && gr->ch[gr->first_open].ended) gr->first_open++;
         if (gr->refused || gr->failed_choice >= 0 || gr->n_ended == gr->n_ch) return PUMP_END;
         if (progress) return PUMP_TEXT;
         if (client_gone(gr->fd) || atomic_load(&gr->s->aborting)) return PUMP_GONE;
@@ -637,6 +639,14 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     gr->env = make_env(s);
     gr->fd = conn_fd(c);
     if (gr->env.n_ctx == 0) {
+        /* A body that is bad whatever the context (checks of the context
+         * are skipped while it is unknown) is answered before any wait. */
+        if (api_parse_gen(&gr->env, kind, h->body.data ? h->body.data : "", h->body.len, &gr->g,
+                          &e) != 0) {
+            free(gr);
+            return respond_error(s, c, endpoint, &e, serial);
+        }
+        api_gen_free(&gr->g);
         int w = wait_first_engine(gr, &e);
         if (w != 0) {
             free(gr);

@@ -383,7 +383,13 @@ static void test_early_request_waits(void **state)
     assert_int_equal(http_send_request(fd_b, "POST", "/v1/chat/completions",
                                        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
                                        "\"max_tokens\":2,\"stream\":true}", NULL), 0);
-    /* they wait (a 503 would come at once) */
+    /* a body that is bad anyway is answered at once */
+    char msg[512];
+    assert_int_equal(post_status(&s, "/v1/completions", "{\"prompt\":\"Hi\",\"top_p\":7}", msg,
+                                 sizeof(msg), NULL, 0),
+                     400);
+    assert_non_null(strstr(msg, "`top_p`"));
+    /* the others wait (a 503 would come at once) */
     assert_false(readable(fd_a, 500));
     assert_false(readable(fd_b, 0));
     assert_int_equal(unlink(gate), 0); /* the engine gets ready */
