@@ -113,6 +113,9 @@ typedef struct pretok_family {
 
 static const pretok_family k_families[] = {
     {"gpt-2", {RE_GPT2}, false, false},
+    /* llama.cpp's "default" for byte-level BPE: punctuation runs, GPT-2's,
+     * digit runs, then groups of three digits. */
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false, false},
     {"llama3", {RE_LLAMA3}, true, true},
     {"llama3-like", {RE_LLAMA3}, false, false}, /* dbrx, smaug, chatglm4 */
     {"qwen2", {RE_QWEN2}, false, false},
@@ -135,6 +138,11 @@ static const pretok_family k_families[] = {
     /* StarCoder and kin: every digit alone, then GPT-2's. */
     {"starcoder", {"\\p{N}", RE_GPT2}, false, false},
     {"gpt-4o", {RE_GPT4O}, false, false},
+    /* Seed-Coder: Qwen2's with no newlines inside a punctuation run. */
+    {"seed-coder",
+     {RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}\\r\\n]+"
+      "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     false, false},
     {"tekken", {RE_TEKKEN}, true, true},
     /* Gemma 4's character BPE: no word splitting at all, only runs of
      * newlines cut apart from the rest (its merges never join a newline
@@ -146,12 +154,17 @@ static const pretok_family k_families[] = {
      false, false},
 };
 
-/* tokenizer.ggml.pre values -> family. */
+/* tokenizer.ggml.pre values -> family, as llama.cpp maps them. A name that
+ * is not here (or none, as in GPT-NeoX's files) gets GPT-2's pattern with a
+ * warning: that is Hugging Face's ByteLevel default, which those files were
+ * made with, where llama.cpp would take its "default" (a guess it warns
+ * degrades generation). A file that names "default" gets llama.cpp's. */
 static const struct {
     const char *pre;
     const char *family;
 } k_aliases[] = {
-    {"default", "gpt-2"},       {"gpt-2", "gpt-2"},          {"gpt2", "gpt-2"},
+    {"default", "default"},     {"gpt-2", "gpt-2"},          {"gpt2", "gpt-2"},
+    {"trillion", "gpt-2"},      {"granite-docling", "gpt-2"},
     {"mpt", "gpt-2"},           {"olmo", "gpt-2"},           {"jais", "gpt-2"},
     {"phi-2", "gpt-2"},         {"roberta-bpe", "gpt-2"},    {"jina-es", "gpt-2"},
     {"jina-de", "gpt-2"},       {"jina-v1-en", "gpt-2"},     {"jina-v2-es", "gpt-2"},
@@ -161,13 +174,19 @@ static const struct {
     {"smaug-bpe", "llama3-like"}, {"chatglm-bpe", "llama3-like"},
     {"qwen2", "qwen2"},         {"stablelm2", "qwen2"},      {"deepseek-r1-qwen", "qwen2"},
     {"megrez", "qwen2"},         {"qwen35", "qwen35"},
+    {"hunyuan", "qwen2"},       {"grok-2", "qwen2"},
+    /* Ling / BailingMoE's pattern differs from Qwen2's only by "\s*[\r\n]"
+     * for "\s*[\r\n]+" (both take a whitespace run up to its last newline)
+     * and possessive quantifiers that llama.cpp runs greedy. */
+    {"bailingmoe", "qwen2"},    {"bailingmoe2", "qwen2"},    {"llada-moe", "qwen2"},
+    {"seed-coder", "seed-coder"},
     {"deepseek-llm", "deepseek-llm"}, {"deepseek-coder", "deepseek-coder"},
-    {"deepseek-v3", "deepseek-v3"},
+    {"deepseek-v3", "deepseek-v3"}, {"hunyuan-dense", "deepseek-v3"},
     {"falcon", "falcon"},
     {"starcoder", "starcoder"}, {"refact", "starcoder"},     {"command-r", "starcoder"},
     {"smollm", "starcoder"},    {"codeshell", "starcoder"},  {"exaone", "starcoder"},
     {"minerva-7b", "starcoder"},
-    {"gpt-4o", "gpt-4o"},       {"llama4", "gpt-4o"},
+    {"gpt-4o", "gpt-4o"},       {"llama4", "gpt-4o"},        {"minimax-m2", "gpt-4o"},
     {"tekken", "tekken"},       {"pixtral", "tekken"},
     {"bloom", "bloom"},         {"poro-chat", "bloom"},      {"gpt3-finnish", "bloom"},
     {"viking", "viking"},       {"gemma4", "gemma4"},

@@ -424,6 +424,18 @@ static void test_qwen35_marks_join_letters(void **state)
     vocab_free(v);
 }
 
+/* GPT-NeoX's file names no pre-tokenizer: GPT-2's pattern, the one its
+ * model was made with (Hugging Face's ByteLevel default). */
+static void test_missing_pretokenizer(void **state)
+{
+    (void)state;
+    vocab *v;
+    OPEN(v, "gpt-neox");
+    assert_string_equal(vocab_pretok_name(v), "gpt-2");
+    SPLIT(v, "Hello, world!!! 12345", "Hello", ",", " world", "!!!", " 12345");
+    vocab_free(v);
+}
+
 /* --- Gemma 4 ----------------------------------------------------------------- */
 
 static void test_gemma4_rules(void **state)
@@ -482,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_scripts_round_trip),
         cmocka_unit_test(test_controls_only_when_parsed),
         cmocka_unit_test(test_qwen35_marks_join_letters),
+        cmocka_unit_test(test_missing_pretokenizer),
         cmocka_unit_test(test_gemma4_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

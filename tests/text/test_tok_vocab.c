@@ -438,6 +438,50 @@ static void test_wpm_normalizer_keys(void **state)
     vocab_free(v);
 }
 
+/* --- pre-tokenizers by name -------------------------------------------------- */
+
+static const char *g_pre_name;
+
+static void named_pre(gguf_writer *w)
+{
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.pre", g_pre_name, NULL), 0);
+}
+
+/* The words pre-tokenizer `pre` cuts s into, joined with '|'. */
+static void assert_words(const char *pre, const char *s, const char *want)
+{
+    g_pre_name = pre;
+    vspec spec = {"gpt2", k_bpe_tokens, 10, NULL, k_bpe_types, k_bpe_merges, 4, named_pre};
+    vocab *v;
+    strata_err err;
+    if (load_spec(&spec, &v, &err) != 0) fail_msg("%s", err.msg);
+    tok_spanvec spans = {0};
+    if (tok_pretok_split(v->pretok, s, strlen(s), &spans, &err) != 0) fail_msg("%s", err.msg);
+    char got[512] = "";
+    for (size_t i = 0; i < spans.n; i++) {
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s", i ? "|" : "", (int)spans.s[i].len,
+                 s + spans.s[i].off);
+    }
+    tok_spanvec_free(&spans);
+    vocab_free(v);
+    if (strcmp(got, want) != 0) fail_msg("%s: \"%s\" split as \"%s\", want \"%s\"", pre, s, got, want);
+}
+
+static void test_pretokenizers_by_name(void **state)
+{
+    (void)state;
+    /* llama.cpp's "default": punctuation and ASCII symbol runs, GPT-2's
+     * words, digit runs, then groups of three from the left. */
+    assert_words("default", "Hello, world!!! 12345+6", "Hello|,| world|!!!| |123|45|+|6");
+    /* Qwen2's family (grok-2, hunyuan): digits alone. */
+    assert_words("grok-2", "ab 12", "ab| |1|2");
+    /* Seed-Coder: a punctuation run does not take the newlines after it. */
+    assert_words("seed-coder", "a.\n\nb", "a|.|\n\n|b");
+    assert_words("qwen2", "a.\n\nb", "a|.\n\n|b");
+    /* BailingMoE: as Qwen2, a whitespace run up to its last newline. */
+    assert_words("bailingmoe2", "a \n\n \n b", "a| \n\n \n| b");
+}
+
 /* --- hostile metadata ------------------------------------------------------ */
 
 static void assert_refused(const vspec *s, int code, const char *needle)
@@ -829,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_types_by_text),
         cmocka_unit_test(test_phi3_name_strips),
         cmocka_unit_test(test_wpm_normalizer_keys),
+        cmocka_unit_test(test_pretokenizers_by_name),
         cmocka_unit_test(test_hostile_metadata),
         cmocka_unit_test(test_room_too_small),
         cmocka_unit_test(test_parse_special),
