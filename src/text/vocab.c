@@ -2,7 +2,13 @@
  * text index, special ids and add-BOS/EOS rules, the byte tables of the SPM
  * byte fallback and of GPT-2's byte map, the BPE merge table, the trie of
  * special-token texts, and WordPiece's conventions. Everything read from the
- * file is checked here, so the tokenizers can trust the vocab. */
+ * file is checked here, so the tokenizers can trust the vocab.
+ *
+ * Some of what llama.cpp does with a vocab is not in the file but keyed on
+ * names, and is done here the same way so that the ids agree: token types
+ * overridden by text (end-of-turn and FIM names are CONTROL, gpt-oss's
+ * channel markers USER_DEFINED), and whitespace-stripping attributes of
+ * special tokens by model name (Phi-3, Jina v2, ModernBERT). */
 #include "text/vocab.h"
 
 #include "base/log.h"
