@@ -54,7 +54,13 @@
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                                       \
     "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
-/* o200k (GPT-4o, Llama 4): case-aware letter runs with contractions. */
+/* o200k (GPT-4o, gpt-oss, Llama 4): case-aware letter runs with
+ * contractions. These use the real Unicode case classes, as tiktoken and
+ * Hugging Face do. llama.cpp's regex engine has no \p{Lu}, so it rewrites
+ * them as "a letter other than a-z" / "other than A-Z", which makes every
+ * non-ASCII letter both upper and lower case: on text such as "écoleÉCOLE"
+ * its words (and ids) differ from the model's own tokenizer. Here the
+ * model's are kept; for ASCII text the two agree. */
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_CONTR RE_CONTRACTIONS "?"
