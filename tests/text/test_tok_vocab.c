@@ -478,6 +478,9 @@ static void test_pretokenizers_by_name(void **state)
     /* Seed-Coder: a punctuation run does not take the newlines after it. */
     assert_words("seed-coder", "a.\n\nb", "a|.|\n\n|b");
     assert_words("qwen2", "a.\n\nb", "a|.\n\n|b");
+    /* o200k keeps Unicode's case classes (llama.cpp would give
+     * "écoleÉ|COLE"): a lowercase run, then an uppercase one. */
+    assert_words("gpt-4o", "\xc3\xa9" "cole\xc3\x89" "COLE", "\xc3\xa9" "cole|\xc3\x89" "COLE");
     /* BailingMoE: as Qwen2, a whitespace run up to its last newline. */
     assert_words("bailingmoe2", "a \n\n \n b", "a| \n\n \n| b");
 }
