@@ -149,6 +149,14 @@ static void test_bert_accents_and_case(void **state)
     /* Devanagari's vowel sign AA (U+093E) is a spacing mark (Mc): dropped
      * with the other marks, as llama.cpp does. */
     EXPECT(v, "का", false, "\xe2\x96\x81क");
+    /* नमस्ते: the virama and the vowel sign E (Mn) go, the consonants stay
+     * one word. Arabic letters are a word of their own pieces. */
+    EXPECT(v, "नमस्ते", false, "\xe2\x96\x81न", "म", "स", "त");
+    EXPECT(v, "مرحبا", false, "\xe2\x96\x81م", "ر", "ح", "ب", "ا");
+    /* An emoji family: the ZWJs (Cf) vanish, the three emoji (So, not
+     * ASCII) make one word, which no tokens cover. */
+    EXPECT(v, "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 a", false, "[UNK]",
+           "\xe2\x96\x81" "a");
     vocab_free(v);
 }
 
