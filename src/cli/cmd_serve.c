@@ -47,7 +47,14 @@ static void serve_usage(FILE *f)
             "  --drain-timeout MS     on SIGTERM, how long in-flight requests may finish (10000)\n"
             "  --port-file F          write the port listened on to F (for scripts)\n"
             "  --engine PATH          the engine executable (default: this strata, `engine`)\n"
-            "  --ping-timeout MS      an engine silent this long is restarted (default 10000)\n");
+            "  --ping-timeout MS      an engine silent this long is restarted (default 10000)\n"
+            "  --wedge-floor-ms MS    the watchdog: an engine with work in flight whose step\n"
+            "                         has run MS + its tokens x the per-token allowance, or\n"
+            "                         that completes no step for MS with none running, is\n"
+            "                         restarted (default %d; 0: off)\n"
+            "  --wedge-per-token-ms X the per-token allowance, fixed (default: learned,\n"
+            "                         %g x the engine's slowest recent ms per token)\n",
+            POOL_WEDGE_FLOOR_MS, POOL_WEDGE_FACTOR);
 }
 
 static char *read_text_file(const char *path, size_t *len)
@@ -77,6 +84,16 @@ static char *read_text_file(const char *path, size_t *len)
     return buf;
 }
 
+static int parse_ms(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || *s == '\0' || *end != '\0' || !(v > 0) || v > 1e9) return -1;
+    *out = v;
+    return 0;
+}
+
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
     char *end;
@@ -93,6 +110,8 @@ int cmd_serve(int argc, char **argv)
     const char *tmpl_file = NULL, *port_file = NULL, *engine_path = NULL;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
+    int wedge_floor = POOL_WEDGE_FLOOR_MS;
+    double wedge_per_token = 0;
     for (int i = 1; i < argc; i += 2) { /* every option takes one value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,6 +141,8 @@ int cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--port-file") == 0) port_file = v;
         else if (strcmp(a, "--engine") == 0) engine_path = v;
         else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
+        else if (strcmp(a, "--wedge-floor-ms") == 0) bad = parse_int(v, 0, INT_MAX, &wedge_floor);
+        else if (strcmp(a, "--wedge-per-token-ms") == 0) bad = parse_ms(v, &wedge_per_token);
         else {
             fprintf(stderr, "strata serve: unknown option %s\n\n", a);
             serve_usage(stderr);
@@ -227,7 +248,9 @@ int cmd_serve(int argc, char **argv)
 
     pool_config pc = {.engine_path = engine_path ? engine_path : self, .engine_args = args,
                       .n_replicas = replicas, .n_slots = slots, .max_queue = max_queue,
-                      .ping_timeout_ms = ping_timeout};
+                      .ping_timeout_ms = ping_timeout,
+                      .wedge_floor_ms = wedge_floor > 0 ? wedge_floor : -1,
+                      .wedge_per_token_ms = wedge_per_token};
     if (pool_start(&p, &pc, &err) != 0) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         goto out;

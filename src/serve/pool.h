@@ -15,6 +15,32 @@
  * instead of holding clients. New requests then get POOL_NO_ENGINE until a
  * replica is ready again; the supervisor keeps restarting with backoff.
  *
+ * Liveness. The supervisor pings every ready engine each ping_interval_ms
+ * and kills one that answers no ping for ping_timeout_ms. A pong proves only
+ * that the engine reads its input (its reader answers at once, even during
+ * a long step); the progress figures it carries (engine/protocol.h) are what
+ * prove that generation moves. While a replica has work in flight (a
+ * request sent to it and not ended), each pong with figures is judged, and
+ * the engine is *wedged* when
+ *   - a step is running and has run for longer than
+ *         floor + per_token * (the step's tokens),
+ *     per_token being wedge_per_token_ms when set, else learned from the
+ *     engine's own recent steps: POOL_WEDGE_FACTOR times the slowest ms per
+ *     token of its last 32 steps, at least POOL_WEDGE_MIN_PER_TOKEN_MS, and
+ *     POOL_WEDGE_PRIOR_PER_TOKEN_MS before its first step; or
+ *   - no step is running and the engine's step count has not moved for
+ *     longer than floor, counted from when the count was first seen at its
+ *     value or the replica's work began, whichever is later (a scheduler
+ *     stuck outside a step: a deadlock, a lost wake-up).
+ * floor is wedge_floor_ms (POOL_WEDGE_FLOOR_MS by default). An idle replica
+ * is never wedged, nor is an engine whose pongs carry no figures. Every
+ * figure is taken as the pong reports it, never extrapolated, so a stale
+ * pong cannot make a healthy engine look wedged; detection therefore comes
+ * within the bound plus one ping interval. A wedged engine is killed and
+ * restarted exactly like a dead one: its in-flight requests end with a 503
+ * `engine_died` whose message says it stopped making progress, and other
+ * replicas are untouched.
+ *
  * Ownership (DESIGN.md): while a request is queued or holds an engine slot,
  * the pool holds a reference to it; it lets go after the request's terminal
  * message, after the engine serving it died (the request then carries a 503
@@ -28,6 +54,12 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* The watchdog's defaults (see "Liveness" above). */
+#define POOL_WEDGE_FLOOR_MS 30000
+#define POOL_WEDGE_FACTOR 10.0
+#define POOL_WEDGE_MIN_PER_TOKEN_MS 1.0
+#define POOL_WEDGE_PRIOR_PER_TOKEN_MS 1000.0
 
 typedef struct pool_config {
     const char *engine_path;        /* the executable to start */
@@ -43,6 +75,9 @@ typedef struct pool_config {
                                        replica is ready; 0: 60000 */
     int max_failed_starts;          /* failed starts in a row, on every replica,
                                        that fail the queue at once; 0: 3 */
+    int wedge_floor_ms;             /* the watchdog's floor; 0: POOL_WEDGE_FLOOR_MS;
+                                       < 0: no wedge check (pings still are) */
+    double wedge_per_token_ms;      /* a fixed per-token allowance; 0: learned */
 } pool_config;
 
 typedef struct pool pool;

@@ -33,6 +33,11 @@ typedef struct replica {
     int n_usable, n_busy;
     int64_t n_ctx;
     int64_t started_ns, restart_at_ns, last_pong_ns, last_ping_ns;
+    /* the watchdog (pool.h "Liveness"): */
+    int64_t busy_since_ns; /* when n_busy last went from 0 to 1 */
+    bool pg_known;         /* a pong with figures came on this connection */
+    int64_t pg_steps;      /* its step count */
+    int64_t pg_steps_ns;   /* when a pong first showed that count */
     int backoff_ms;
     int failed_starts;     /* starts in a row that ended before `ready` */
     int64_t restarts;

@@ -5,12 +5,13 @@
  *   - one reader thread per started engine process: the ONLY code that reads
  *     that engine's stdout. It decodes each line and hands the message to the
  *     request object whose id it names (found in the replica's in-flight
- *     table under sched_lock). On EOF or a protocol fault it kills and reaps
- *     the process, fails every in-flight request of that engine with a 503,
- *     marks the replica DOWN and exits.
+ *     table under sched_lock). It also judges each `pong`'s progress figures
+ *     (the watchdog of pool.h "Liveness"). On EOF, a protocol fault or a
+ *     wedged engine it kills and reaps the process, fails every in-flight
+ *     request of that engine with a 503, marks the replica DOWN and exits.
  *   - one supervisor thread per pool (pool_supervise): starts DOWN replicas
  *     when their backoff has passed (joining the previous reader first),
- *     pings READY ones, kills an engine that misses pings or never gets
+ *     pings READY ones, kills an engine that answers no pings or never gets
  *     ready, and fails queued requests that may wait no longer for a ready
  *     replica (pool.h). It never reads a pipe. */
 #define _GNU_SOURCE
@@ -22,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -89,7 +91,51 @@ static bool tok_overruns_locked(const replica *rep, sreq *r, size_t n)
     return over;
 }
 
-/* Handles one decoded message. Returns 0, or -1 for a protocol fault. */
+/* What a request of a killed engine is told. */
+static const char k_msg_died[] = "the engine serving this request died";
+static const char k_msg_wedged[] =
+    "the engine serving this request stopped making progress and was restarted";
+
+/* The watchdog's verdict on one pong (pool.h "Liveness"), for a ready
+ * replica with work in flight (sched_lock held). True, with the reason in
+ * why, when the engine is wedged. Uses the pong's figures as they are: a
+ * step's age is what the engine measured when it answered. */
+static bool wedged_locked(const replica *rep, const proto_pong *pg, int64_t now_ns, char *why,
+                          size_t why_cap)
+{
+    const pool_config *c = &rep->p->cfg;
+    if (c->wedge_floor_ms < 0) return false;
+    double floor_ms = (double)c->wedge_floor_ms;
+    if (pg->running) {
+        double per_token = c->wedge_per_token_ms;
+        if (!(per_token > 0)) {
+            per_token = pg->ms_per_token > 0 ? POOL_WEDGE_FACTOR * pg->ms_per_token
+                                             : POOL_WEDGE_PRIOR_PER_TOKEN_MS;
+            if (per_token < POOL_WEDGE_MIN_PER_TOKEN_MS) per_token = POOL_WEDGE_MIN_PER_TOKEN_MS;
+        }
+        double bound_ms = floor_ms + per_token * (double)pg->step_tokens;
+        if (!(pg->step_ms > bound_ms)) return false; /* also when bound_ms is +inf */
+        snprintf(why, why_cap,
+                 "wedged: a step of %" PRId64 " tokens has run %.0f ms, over its bound of %.0f ms "
+                 "(%d requests in flight)",
+                 pg->step_tokens, pg->step_ms, bound_ms, rep->n_busy);
+        return true;
+    }
+    int64_t since = rep->pg_steps_ns > rep->busy_since_ns ? rep->pg_steps_ns : rep->busy_since_ns;
+    double stalled_ms = (double)(now_ns - since) / 1e6;
+    if (!(stalled_ms > floor_ms)) return false;
+    snprintf(why, why_cap,
+             "wedged: no step completed for %.0f ms and none is running, with %d requests in "
+             "flight (bound %.0f ms)",
+             stalled_ms, rep->n_busy, floor_ms);
+    return true;
+}
+
+#define HANDLE_FAULT (-1)  /* the engine broke the protocol */
+#define HANDLE_WEDGED (-2) /* the engine is wedged */
+
+/* Handles one decoded message. Returns 0, HANDLE_FAULT or HANDLE_WEDGED
+ * (why says what). */
 static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, size_t why_cap)
 {
     pool *p = rep->p;
@@ -100,9 +146,10 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
     if (m->op == WIRE_READY) {
         if (rep->state != REPLICA_STARTING || rep->conn_gen != conn_gen) {
             snprintf(why, why_cap, "a second `ready`");
-            rc = -1;
+            rc = HANDLE_FAULT;
         } else {
             rep->state = REPLICA_READY;
+            rep->pg_known = false;
             rep->n_usable = m->slots < p->cfg.n_slots ? (int)m->slots : p->cfg.n_slots;
             rep->n_ctx = m->n_ctx;
             rep->last_pong_ns = rep->last_ping_ns = strata_clock_ns();
@@ -113,7 +160,20 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
             pool_dispatch_locked(p, &sends);
         }
     } else if (m->op == WIRE_PONG) {
-        rep->last_pong_ns = strata_clock_ns();
+        int64_t now = strata_clock_ns();
+        rep->last_pong_ns = now;
+        const proto_pong *pg = m->pong;
+        if (pg != NULL && pg->has_progress && rep->conn_gen == conn_gen) {
+            if (!rep->pg_known || pg->steps != rep->pg_steps) {
+                rep->pg_known = true;
+                rep->pg_steps = pg->steps;
+                rep->pg_steps_ns = now;
+            }
+            if (rep->state == REPLICA_READY && rep->n_busy > 0 &&
+                wedged_locked(rep, pg, now, why, why_cap)) {
+                rc = HANDLE_WEDGED;
+            }
+        }
     } else if (m->op == WIRE_ERR && !m->has_id) {
         LOG_WARN("replica %d: engine error without an id: %s: %s", rep->index, m->code,
                  m->message);
@@ -122,11 +182,11 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
         if (i < 0) {
             snprintf(why, why_cap, "a message for id %llu, which is not in flight",
                      (unsigned long long)m->id);
-            rc = -1;
+            rc = HANDLE_FAULT;
         } else if (m->op == WIRE_TOK && tok_overruns_locked(rep, rep->slots[i], m->n_tokens)) {
             snprintf(why, why_cap, "more tokens for id %llu than it may have",
                      (unsigned long long)m->id);
-            rc = -1;
+            rc = HANDLE_FAULT;
         } else {
             r = rep->slots[i];
             if (m->op == WIRE_DONE || m->op == WIRE_ERR) {
@@ -182,9 +242,11 @@ static int reap(pid_t pid)
     return status;
 }
 
-/* The engine is gone (EOF, or we killed it for a fault): reap it, fail its
- * requests, and leave the replica DOWN for the supervisor. */
-static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why)
+/* The engine is gone (EOF, or we killed it for a fault or a wedge): reap
+ * it, fail its requests with a 503 saying client_msg, and leave the replica
+ * DOWN for the supervisor. */
+static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why,
+                         const char *client_msg)
 {
     pool *p = rep->p;
     close_noeintr(fd_out);
@@ -211,8 +273,7 @@ static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why)
         r->replica = -1;
         if (failed != NULL) failed[n_failed++] = r;
         else { /* cannot allocate: finish them here, under the lock (no pipe I/O) */
-            sreq_finish_with(r, SREQ_FINISH_ERROR, NULL, 503, "engine_died",
-                             "the engine serving this request died");
+            sreq_finish_with(r, SREQ_FINISH_ERROR, NULL, 503, "engine_died", client_msg);
             sreq_release(r);
         }
     }
@@ -231,8 +292,7 @@ static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why)
         pthread_mutex_lock(&failed[i]->result_lock);
         failed[i]->served_by = rep->index;
         pthread_mutex_unlock(&failed[i]->result_lock);
-        sreq_finish_with(failed[i], SREQ_FINISH_ERROR, NULL, 503, "engine_died",
-                         "the engine serving this request died");
+        sreq_finish_with(failed[i], SREQ_FINISH_ERROR, NULL, 503, "engine_died", client_msg);
         sreq_release(failed[i]);
     }
     free(failed);
@@ -246,7 +306,7 @@ static void *reader_main(void *arg)
     proto_reader rd;
     proto_reader_init(&rd, 0);
     char why[600] = "EOF on the engine's stdout";
-    bool fault = false, eof = false;
+    bool fault = false, eof = false, wedged = false;
     while (!fault && !eof) {
         const char *line;
         size_t len;
@@ -271,8 +331,10 @@ static void *reader_main(void *arg)
             if (wire_decode(line, len, &m, &err) != 0) {
                 snprintf(why, sizeof(why), "protocol fault: %s", err.msg);
                 fault = true;
-            } else if (handle_msg(rep, a.conn_gen, &m, why, sizeof(why)) != 0) {
-                fault = true;
+            } else {
+                int hr = handle_msg(rep, a.conn_gen, &m, why, sizeof(why));
+                fault = hr != 0;
+                wedged = hr == HANDLE_WEDGED;
             }
             wire_msg_free(&m);
         }
@@ -282,7 +344,7 @@ static void *reader_main(void *arg)
         LOG_ERROR("replica %d: %s; killing engine pid %d", rep->index, why, (int)a.pid);
         kill(a.pid, SIGKILL);
     }
-    replica_died(rep, a.pid, a.fd_out, why);
+    replica_died(rep, a.pid, a.fd_out, why, wedged ? k_msg_wedged : k_msg_died);
     return NULL;
 }
 
@@ -370,7 +432,7 @@ int replica_spawn(replica *rep, strata_err *err)
     LOG_INFO("replica %d: started engine pid %d", rep->index, (int)pid);
     if (ra == NULL) {
         kill(pid, SIGKILL);
-        replica_died(rep, pid, out[0], "out of memory");
+        replica_died(rep, pid, out[0], "out of memory", k_msg_died);
         return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
     *ra = (reader_arg){.rep = rep, .fd_out = out[0], .pid = pid, .conn_gen = gen};
@@ -380,7 +442,7 @@ int replica_spawn(replica *rep, strata_err *err)
     if (e != 0) {
         free(ra);
         kill(pid, SIGKILL);
-        replica_died(rep, pid, out[0], "no reader thread");
+        replica_died(rep, pid, out[0], "no reader thread", k_msg_died);
         return strata_err_set(err, STRATA_EIO, "pthread_create: %s", strerror(e));
     }
     pthread_mutex_lock(&p->sched_lock);

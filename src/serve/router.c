@@ -63,6 +63,7 @@ void pool_dispatch_locked(pool *p, pool_sends *out)
         int slot = 0;
         while (rep->slots[slot] != NULL) slot++;
         rep->slots[slot] = r; /* the queue's reference moves to the slot */
+        if (rep->n_busy == 0) rep->busy_since_ns = strata_clock_ns(); /* the watchdog's clock */
         rep->n_busy++;
         r->replica = best;
         r->engine_id = rep->next_id++;
@@ -265,6 +266,8 @@ int pool_start(pool **out, const pool_config *c, strata_err *err)
     if (p->cfg.backoff_max_ms <= 0) p->cfg.backoff_max_ms = 5000;
     if (p->cfg.no_engine_wait_ms <= 0) p->cfg.no_engine_wait_ms = 60000;
     if (p->cfg.max_failed_starts <= 0) p->cfg.max_failed_starts = 3;
+    if (p->cfg.wedge_floor_ms == 0) p->cfg.wedge_floor_ms = POOL_WEDGE_FLOOR_MS;
+    if (!(p->cfg.wedge_per_token_ms > 0)) p->cfg.wedge_per_token_ms = 0; /* learned (NaN too) */
     pthread_mutex_init(&p->sched_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -60,7 +60,10 @@ int wire_decode(const char *line, size_t len, wire_msg *m, strata_err *err)
         m->code = pm->u.err.code ? pm->u.err.code : "engine_error";
         m->message = pm->u.err.message ? pm->u.err.message : "engine error";
         break;
-    case PROTO_OP_PONG: m->op = WIRE_PONG; break;
+    case PROTO_OP_PONG:
+        m->op = WIRE_PONG;
+        m->pong = &pm->u.pong;
+        break;
     default: return strata_err_set(err, STRATA_EFORMAT, "unexpected op %s", proto_op_name(pm->op));
     }
     if (m->op != WIRE_READY && m->op != WIRE_ERR && !m->has_id) {

@@ -36,6 +36,7 @@ typedef struct wire_msg {
     const char *code;        /* err */
     const char *message;     /* err */
     int64_t slots, n_ctx;    /* ready */
+    const proto_pong *pong;  /* pong: its figures (pong->has_progress false when none came) */
 } wire_msg;
 
 /* Decodes one engine line (without its newline). STRATA_EFORMAT with the

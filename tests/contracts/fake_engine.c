@@ -18,6 +18,21 @@
  *                  with no `done`: n 0, the process exits with status 3; n 1,
  *                  it closes its stdout and lives on until its stdin closes
  *   op 7 OVERRUN   n tokens whatever max_tokens says, then EOS and `done` stop
+ *   op 8 WEDGE     arg tokens every delay ms, then the whole scheduler hangs
+ *                  for good: no request of this engine moves again (`stop`s
+ *                  are taken and ignored), while pings are still answered.
+ *                  n >= 1: inside a step of n tokens (pongs say running, for
+ *                  longer and longer); n 0: outside any step (not running,
+ *                  the step count frozen)
+ *   op 9 LONG_STEP one step of n tokens that runs delay ms (pongs say
+ *                  running meanwhile; no request moves), then arg tokens,
+ *                  EOS and `done` stop
+ *
+ * Progress, as `pong` reports it (engine/protocol.h): the fake "steps" once
+ * per pass of its loop while it has requests (at least every 100 ms, so a
+ * SILENT request still shows progress); a step is never running but in
+ * WEDGE and LONG_STEP; ms_per_token is FAKE_ENGINE_MS_PER_TOKEN (default
+ * 0.5); kv says 16 blocks of which one per live request is used.
  *
  * Token i of request k is 259 + (k * 31 + i * 17) % 253. Stats are a
  * function of k alone: cached_n k % 5, prompt_ms k * 0.5 + 0.25,
@@ -30,7 +45,8 @@
  *                           at start, before `ready` (also while held)
  *   FAKE_ENGINE_HOLD=path   while path exists, the engine holds back `ready`;
  *                           any input meanwhile (the server's `shutdown`, or
- *                           EOF) makes it exit 0 */
+ *                           EOF) makes it exit 0
+ *   FAKE_ENGINE_MS_PER_TOKEN=x  the pongs' ms_per_token */
 #define _GNU_SOURCE
 #include "engine/protocol.h"
 
@@ -43,7 +59,7 @@
 #include <unistd.h>
 
 enum { OP_NORMAL, OP_ERR, OP_DIE, OP_LATE_DONE, OP_SILENT, OP_BAD_TOKEN, OP_STOP_DIES, OP_OVERRUN,
-       OP_COUNT };
+       OP_WEDGE, OP_LONG_STEP, OP_COUNT };
 
 typedef struct fake_req {
     bool used;
@@ -56,12 +72,21 @@ typedef struct fake_req {
     bool stopping;        /* `stop` received */
     int64_t done_at_ms;   /* LATE_DONE: when to send `done` */
     bool bad_sent;
+    bool long_done;       /* LONG_STEP: its long step has begun */
 } fake_req;
 
 #define FAKE_MAX 256
 static fake_req g_reqs[FAKE_MAX];
 static proto_buf g_out;
 static bool g_mute; /* stdout closed: what would be written is dropped */
+
+/* The scheduler's progress as pongs report it (see the top). */
+static int64_t g_steps;
+static bool g_stalled;          /* in a long step or a wedge: nothing moves */
+static bool g_stall_running;    /* ... inside a step (pongs say running) */
+static int64_t g_stall_start_ms, g_stall_until_ms; /* INT64_MAX: for good */
+static int64_t g_stall_tokens;
+static double g_ms_per_token = 0.5;
 
 static int64_t now_ms(void)
 {
@@ -113,6 +138,34 @@ static void send_done(fake_req *r, proto_finish f)
                                    .predicted_ms = r->k * 1.25 + 0.5};
     emit(&m);
     r->used = false;
+}
+
+static void stall(int64_t t, int64_t for_ms, bool running, int64_t tokens)
+{
+    g_stalled = true;
+    g_stall_running = running;
+    g_stall_start_ms = t;
+    g_stall_until_ms = for_ms < 0 ? INT64_MAX : t + for_ms;
+    g_stall_tokens = tokens;
+}
+
+static void send_pong(int64_t id, int n_live)
+{
+    proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = id};
+    proto_pong *pg = &pong.u.pong;
+    pg->has_progress = true;
+    pg->steps = g_steps;
+    pg->running = g_stalled && g_stall_running;
+    if (pg->running) {
+        pg->step_ms = (double)(now_ms() - g_stall_start_ms);
+        pg->step_tokens = g_stall_tokens;
+    }
+    pg->ms_per_token = g_ms_per_token;
+    pg->has_kv = true;
+    pg->kv_blocks = 16;
+    pg->kv_used = n_live;
+    pg->kv_bytes = 1024;
+    emit(&pong);
 }
 
 static int decode2(const int32_t *t)
@@ -224,6 +277,22 @@ static void step(fake_req *r, int64_t t)
         /* fall through */
     case 3:
     case OP_STOP_DIES: send_tok(r, tok); break;
+    case OP_WEDGE:
+        if (r->sent < r->arg) send_tok(r, tok);
+        else stall(t, -1, r->n > 0, r->n);
+        break;
+    case OP_LONG_STEP:
+        r->next_ms = t; /* its tokens come one per pass once the step is over */
+        if (!r->long_done) {
+            r->long_done = true;
+            stall(t, r->delay, true, r->n);
+        } else if (r->sent >= r->arg) {
+            send_tok(r, 2);
+            send_done(r, PROTO_FINISH_STOP);
+        } else {
+            send_tok(r, tok);
+        }
+        break;
     default: break; /* 4: silent */
     }
 }
@@ -248,6 +317,8 @@ int main(int argc, char **argv)
         if (pr > 0) return 0; /* `shutdown` or EOF before `ready`: nothing to serve */
         if (pr < 0 && errno != EINTR) return 6;
     }
+    const char *mpt = getenv("FAKE_ENGINE_MS_PER_TOKEN");
+    if (mpt != NULL) g_ms_per_token = atof(mpt);
     const char *log_path = getenv("FAKE_ENGINE_LOG");
     FILE *log = log_path ? fopen(log_path, "ae") : NULL;
     proto_msg ready = {.op = PROTO_OP_READY};
@@ -270,6 +341,10 @@ int main(int argc, char **argv)
             int64_t due = r->stopping ? r->done_at_ms : r->next_ms;
             if (r->op == 4 && !r->stopping) continue;
             if (due - t < wait) wait = due - t;
+        }
+        if (n_live > 0 && wait > 100) wait = 100; /* a step at least this often */
+        if (g_stalled) {
+            wait = g_stall_until_ms == INT64_MAX ? 1000 : g_stall_until_ms - t;
         }
         if (eof || (shutting && n_live == 0)) break; /* EOF: the server is gone */
         if (wait < 0) wait = 0;
@@ -307,8 +382,7 @@ int main(int argc, char **argv)
                         }
                     }
                 } else if (m.op == PROTO_OP_PING) {
-                    proto_msg pong = {.op = PROTO_OP_PONG, .has_id = true, .id = m.id};
-                    emit(&pong);
+                    send_pong(m.id, n_live);
                 } else if (m.op == PROTO_OP_SHUTDOWN) {
                     shutting = true;
                 }
@@ -317,8 +391,18 @@ int main(int argc, char **argv)
             if (k == PROTO_READ_EOF) eof = true;
         }
         t = now_ms();
-        for (int i = 0; i < FAKE_MAX; i++) {
-            if (g_reqs[i].used) step(&g_reqs[i], t);
+        if (g_stalled && t >= g_stall_until_ms) {
+            g_stalled = false; /* the long step is over */
+            g_steps++;
+        }
+        if (!g_stalled) {
+            bool any = false;
+            for (int i = 0; i < FAKE_MAX && !g_stalled; i++) {
+                if (!g_reqs[i].used) continue;
+                any = true;
+                step(&g_reqs[i], t);
+            }
+            if (any && !g_stalled) g_steps++;
         }
         flush_out();
     }

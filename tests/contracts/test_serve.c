@@ -32,7 +32,7 @@
 #endif
 
 enum { OP_NORMAL = 0, OP_ERR = 1, OP_DIE = 2, OP_LATE_DONE = 3, OP_SILENT = 4, OP_BAD_TOKEN = 5,
-       OP_STOP_DIES = 6, OP_OVERRUN = 7 };
+       OP_STOP_DIES = 6, OP_OVERRUN = 7, OP_WEDGE = 8, OP_LONG_STEP = 9 };
 
 typedef struct srv {
     pid_t pid;
@@ -1079,6 +1079,151 @@ static void test_http_errors(void **state)
     g_auth_header = NULL;
 }
 
+/* --- the watchdog (pool.h "Liveness") --- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The watchdog's floor in these tests, and how long past its bound a
+ * detection may come: one ping interval (1 s), plus slack for a loaded or
+ * sanitized machine (a guard against a watchdog that never fires, not a
+ * measure of speed). */
+#define WD_FLOOR_MS 1000
+#define WD_SLACK_S 20.0
+
+/* Reads a response to its end, failing after limit_s (a server that sends
+ * SSE keep-alives but never ends the stream must not hang the test). */
+static void read_to_end_within(int fd, rawbuf *b, double limit_s)
+{
+    double end = now_s() + limit_s;
+    char chunk[4096];
+    for (;;) {
+        if (now_s() > end) fail_msg("the response did not end within %.0f s", limit_s);
+        ssize_t k = http_recv_some(fd, chunk, sizeof(chunk));
+        if (k == 0) return;
+        assert_true(k > 0);
+        rawbuf_append(b, chunk, (size_t)k);
+    }
+}
+
+/* An engine wedged inside a step (pongs keep coming, its step never ends)
+ * and one wedged outside any step (no step runs, the count is frozen) are
+ * each killed and restarted within the documented bound; their requests get
+ * a 503 (a final SSE error event when streaming) that says why, while a
+ * stream on the other replica goes on and ends intact. */
+static void test_wedged_engine_is_replaced(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 1, 8, "--wedge-floor-ms", "1000", NULL);
+    /* A streams on replica 0 for about 2 s */
+    char *a_body = completion_body(OP_NORMAL, 501, 40, 50, 0, "\"stream\":true");
+    int fd_a = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_a, "POST", "/v1/completions", a_body, NULL), 0);
+    wait_metric(&s, "strata_replica_in_flight{replica=\"0\"} 1");
+    /* W gets 2 tokens on replica 1, then its engine hangs inside a step of 8
+     * tokens: bound 1000 + 8 x max(1, 10 x 0.5) ms */
+    char *w_body = completion_body(OP_WEDGE, 502, 8, 5, 2, "\"stream\":true");
+    int fd_w = http_connect(s.port, 30);
+    assert_int_equal(http_send_request(fd_w, "POST", "/v1/completions", w_body, NULL), 0);
+    rawbuf rw = {0};
+    read_to_end_within(fd_w, &rw, (WD_FLOOR_MS + 8 * 5) / 1000.0 + 1.0 + WD_SLACK_S);
+    close(fd_w);
+    sse ew;
+    raw_parse_sse(&rw, &ew);
+    assert_non_null(ew.error);
+    assert_string_equal(json_string_value(json_object_get(ew.error, "code")), "engine_died");
+    assert_non_null(strstr(json_string_value(json_object_get(ew.error, "message")),
+                           "stopped making progress"));
+    char *want_w = expected_text(OP_WEDGE, 502, 8, 5, 2, 2);
+    assert_string_equal(ew.text, want_w);
+    /* A never noticed */
+    http_response ha;
+    assert_int_equal(http_read_response(fd_a, &ha), 0);
+    close(fd_a);
+    sse ea;
+    sse_parse(ha.body, &ea);
+    assert_null(ea.error);
+    char *want_a = expected_text(OP_NORMAL, 501, 40, 50, 0, 40);
+    assert_string_equal(ea.text, want_a);
+    assert_true(ea.done);
+    assert_int_equal(check_timings(ea.timings, 501, 41), 0);
+    assert_int_equal(json_integer_value(json_object_get(ea.timings, "replica")), 0);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"1\"} 1");
+    wait_metric(&s, "strata_replica_ready{replica=\"1\"} 1");
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 0");
+    /* wedged outside any step, not streamed: both replicas are free, so it
+     * goes to replica 0; bound: the floor */
+    char *x_body = completion_body(OP_WEDGE, 503, 0, 0, 1, NULL);
+    double t0 = now_s();
+    int status;
+    json_t *j = complete(&s, x_body, &status); /* fails after 30 s of silence */
+    assert_true(now_s() - t0 < WD_FLOOR_MS / 1000.0 + 1.0 + WD_SLACK_S);
+    assert_int_equal(status, 503);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "engine_died");
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "stopped making progress"));
+    json_decref(j);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+    wait_metric(&s, "strata_replica_ready{replica=\"0\"} 1");
+    expect_normal(&s, 504, 3);
+    srv_stop(&s);
+    char *log = read_log(s.log);
+    assert_non_null(strstr(log, "wedged: a step of 8 tokens has run"));
+    assert_non_null(strstr(log, "wedged: no step completed"));
+    free(log);
+    sse_free(&ea);
+    sse_free(&ew);
+    free(want_a);
+    free(want_w);
+    free(a_body);
+    free(w_body);
+    free(x_body);
+    free(rw.data);
+    http_response_free(&ha);
+}
+
+/* A long step is not a wedge when its size accounts for it: one step of
+ * 2000 tokens that runs 3.5 s, past the 1 s floor, is within 1000 + 2000 x
+ * 5 ms (the per-token allowance learned from the engine's 0.5 ms per token)
+ * and completes untouched. With the allowance fixed small by
+ * --wedge-per-token-ms (1000 + 2000 x 0.1 ms), the same step is a wedge. */
+static void test_long_step_is_not_a_wedge(void **state)
+{
+    (void)state;
+    for (int fixed = 0; fixed < 2; fixed++) {
+        srv s;
+        if (fixed) srv_start(&s, 1, 1, 8, "--wedge-floor-ms", "1000", "--wedge-per-token-ms", "0.1", NULL);
+        else srv_start(&s, 1, 1, 8, "--wedge-floor-ms", "1000", NULL);
+        int k = 511 + fixed;
+        char *body = completion_body(OP_LONG_STEP, k, 2000, 3500, 3, NULL);
+        int status;
+        json_t *j = complete(&s, body, &status);
+        if (!fixed) {
+            assert_int_equal(status, 200);
+            char *want = expected_text(OP_LONG_STEP, k, 2000, 3500, 3, 3);
+            json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+            assert_string_equal(json_string_value(json_object_get(c, "text")), want);
+            free(want);
+            wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 0");
+        } else {
+            assert_int_equal(status, 503);
+            assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                                   "stopped making progress"));
+            wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+        }
+        json_decref(j);
+        free(body);
+        wait_metric(&s, "strata_replica_ready{replica=\"0\"} 1");
+        expect_normal(&s, k + 10, 2);
+        srv_stop(&s);
+    }
+}
+
 /* After each test: a server left by a failed assertion is killed. */
 static int kill_leftover(void **state)
 {
@@ -1103,6 +1248,8 @@ ST_MODEL_TEST(test_engine_overrun_is_a_fault)
 ST_MODEL_TEST(test_engine_dies_draining_stop)
 ST_MODEL_TEST(test_queued_wait_for_restart)
 ST_MODEL_TEST(test_queued_fails_when_engine_keeps_failing)
+ST_MODEL_TEST(test_wedged_engine_is_replaced)
+ST_MODEL_TEST(test_long_step_is_not_a_wedge)
 
 int main(void)
 {
@@ -1125,6 +1272,8 @@ int main(void)
         cmocka_unit_test_teardown(test_engine_dies_draining_stop_guard, kill_leftover),
         cmocka_unit_test_teardown(test_queued_wait_for_restart_guard, kill_leftover),
         cmocka_unit_test_teardown(test_queued_fails_when_engine_keeps_failing_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_wedged_engine_is_replaced_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_long_step_is_not_a_wedge_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }
