@@ -19,6 +19,50 @@ static const char k_chatml[] =
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/* Length of the valid UTF-8 sequence at s (NUL-terminated), or 0 when the
+ * bytes there are not one (a stray continuation, a truncated or overlong
+ * sequence, a surrogate, past U+10FFFF). */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++) {
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    }
+    return n;
+}
+
+/* An error message quotes what the client sent (a field's name, the JSON
+ * parser's view of the bad spot) and is cut to the buffer, so it can hold
+ * bytes that are not UTF-8, which JSON cannot carry: each such byte becomes
+ * '?', so that every error still has a body. */
+static void utf8_sanitize(char *s)
+{
+    for (unsigned char *p = (unsigned char *)s; *p != '\0';) {
+        size_t n = utf8_seq_len(p);
+        if (n == 0) {
+            *p++ = '?';
+        } else {
+            p += n;
+        }
+    }
+}
+
 int api_fail(api_error *e, int status, const char *code, const char *fmt, ...)
 {
     e->status = status;
@@ -32,6 +76,8 @@ int api_fail(api_error *e, int status, const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
+    utf8_sanitize(e->message);
+    utf8_sanitize(e->code);
     return -1;
 }
 

@@ -61,6 +61,34 @@ static void test_encoding_format(void **state)
     assert_non_null(strstr(msg, "`encoding_format`"));
 }
 
+/* An error that quotes the client's bytes still has a JSON body: the JSON
+ * parser's message can cut a character in two ("\xe2" of "\xe2\x96\x81"),
+ * and a field's name can be any bytes. */
+static void test_error_bodies_are_json(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"in\\\xe2\x96\x81\\\\\":[1]}",     /* a bad escape before a 3-byte character */
+        "{\"input\":\"Hi\",\"encoding_format\":\"\xff\xfe\"}",
+        "{\"input\":[\"a\",\"\"],\"\xc3\":1}",
+    };
+    api_env env = {.voc = g_voc, .model_name = "stories260K", .n_ctx = 512};
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        api_gen g;
+        api_error e;
+        assert_int_equal(api_parse_gen(&env, API_EMBEDDING, bodies[i], strlen(bodies[i]), &g, &e), -1);
+        assert_int_equal(e.status, 400);
+        char *body = api_error_body(&e);
+        if (body == NULL) fail_msg("body %zu: no error body for \"%s\"", i, e.message);
+        json_error_t je;
+        json_t *j = json_loads(body, 0, &je);
+        assert_non_null(j);
+        assert_true(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+        json_decref(j);
+        free(body);
+    }
+}
+
 static const char *embedding_of(json_t *body)
 {
     return json_string_value(json_object_get(json_array_get(json_object_get(body, "data"), 0), "embedding"));
@@ -362,6 +390,7 @@ static void test_choices_fail_and_cancel_together(void **state)
 }
 
 ST_MODEL_TEST(test_encoding_format)
+ST_MODEL_TEST(test_error_bodies_are_json)
 ST_MODEL_TEST(test_base64_floats)
 ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
@@ -375,6 +404,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoding_format_guard),
+        cmocka_unit_test(test_error_bodies_are_json_guard),
         cmocka_unit_test(test_base64_floats_guard),
         cmocka_unit_test_teardown(test_engine_failures_are_503_guard, st_kill_leftover),
         cmocka_unit_test(test_timings_print_short_guard),
