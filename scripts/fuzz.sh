@@ -14,6 +14,7 @@ seeds_for() {
         fuzz_template) echo "$here/tests/fuzz/corpus-template $data/chat-templates/llama.cpp-jinja" ;;
         fuzz_tokenize) echo "$here/tests/fuzz/corpus-tokenize" ;;
         fuzz_protocol) echo "$here/tests/fuzz/corpus-protocol" ;;
+        fuzz_request) echo "$here/tests/fuzz/corpus-request" ;;
         *) echo "" ;;
     esac
 }
