@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 
 /* Refuse pools whose byte count would not fit comfortably in size_t. */
@@ -20,9 +21,37 @@ typedef struct kv_geometry {
     size_t pool_bytes; /* k and v together */
 } kv_geometry;
 
+uint32_t kv_type_resolve(uint32_t type)
+{
+    return type == 0 ? STRATA_TYPE_F16 : type;
+}
+
+int kv_type_parse(const char *name, uint32_t *type, strata_err *err)
+{
+    if (name != NULL && strcasecmp(name, "f16") == 0) {
+        *type = STRATA_TYPE_F16;
+        return 0;
+    }
+    if (name != NULL && strcasecmp(name, "q8_0") == 0) {
+        *type = STRATA_TYPE_Q8_0;
+        return 0;
+    }
+    return strata_err_set(err, STRATA_EINVAL, "unknown KV cache type '%s' (f16 or q8_0)",
+                          name != NULL ? name : "");
+}
+
+/* NULL when `type` can hold rows of head_dim elements; the reason otherwise. */
+static const char *kv_type_problem(uint32_t type, int64_t head_dim)
+{
+    if (type == STRATA_TYPE_F16) return NULL;
+    if (type != STRATA_TYPE_Q8_0) return "the type is not f16 or q8_0";
+    return head_dim % 32 == 0 ? NULL : "q8_0 needs a head size that is a multiple of 32";
+}
+
 static int kv_geometry_of(const kv_cache_params *p, kv_geometry *geo)
 {
     memset(geo, 0, sizeof(*geo));
+    const uint32_t kt = kv_type_resolve(p->k_type), vt = kv_type_resolve(p->v_type);
     int bt = p->block_tokens > 0 ? p->block_tokens : KV_BLOCK_TOKENS;
     if (p->n_layer <= 0 || p->n_head_kv <= 0 || p->head_dim <= 0 || p->head_dim_v <= 0 ||
         p->n_ctx <= 0 || p->n_seq_max <= 0 || bt > 4096) {
@@ -33,10 +62,13 @@ static int kv_geometry_of(const kv_cache_params *p, kv_geometry *geo)
         p->n_ctx > (1LL << 31) - 4096 || p->n_seq_max > (1 << 20)) {
         return -1;
     }
+    if (kv_type_problem(kt, p->head_dim) != NULL || kv_type_problem(vt, p->head_dim_v) != NULL) {
+        return -1;
+    }
     geo->block_tokens = bt;
     geo->n_blocks = (p->n_ctx + bt - 1) / bt;
-    geo->k_row_bytes = strata_type_row_bytes(STRATA_TYPE_F16, p->head_dim);
-    geo->v_row_bytes = strata_type_row_bytes(STRATA_TYPE_F16, p->head_dim_v);
+    geo->k_row_bytes = strata_type_row_bytes(kt, p->head_dim);
+    geo->v_row_bytes = strata_type_row_bytes(vt, p->head_dim_v);
     /* Each factor is below 2^31, so check the products in double first. */
     double total = (double)p->n_layer * (double)geo->n_blocks * (double)p->n_head_kv *
                    (double)bt * (double)(geo->k_row_bytes + geo->v_row_bytes);
@@ -58,6 +90,17 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
 {
     *out = NULL;
     kv_geometry geo;
+    const uint32_t kt = kv_type_resolve(p->k_type), vt = kv_type_resolve(p->v_type);
+    const char *why = kv_type_problem(kt, p->head_dim);
+    if (why != NULL) {
+        return strata_err_set(err, STRATA_EINVAL, "KV cache: key type %s: %s (head size %" PRId64
+                              ")", strata_type_name(kt), why, p->head_dim);
+    }
+    why = kv_type_problem(vt, p->head_dim_v);
+    if (why != NULL) {
+        return strata_err_set(err, STRATA_EINVAL, "KV cache: value type %s: %s (head size %" PRId64
+                              ")", strata_type_name(vt), why, p->head_dim_v);
+    }
     if (kv_geometry_of(p, &geo) != 0) {
         return strata_err_set(err, STRATA_EINVAL,
                               "KV cache: invalid size (layers %" PRId64 ", KV heads %" PRId64
@@ -72,7 +115,9 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
     kv->head_dim = p->head_dim;
     kv->head_dim_v = p->head_dim_v;
     kv->block_tokens = geo.block_tokens;
-    kv->type = STRATA_TYPE_F16;
+    kv->k_type = kt;
+    kv->v_type = vt;
+    kv->type = kt;
     kv->k_row_bytes = geo.k_row_bytes;
     kv->v_row_bytes = geo.v_row_bytes;
     kv->k_block_bytes = geo.k_block_bytes;

@@ -6,9 +6,12 @@
  * context). A block holds, for every layer and KV head, block_tokens rows
  * of keys and of values; within a (layer, block, KV head) the rows of
  * consecutive positions are contiguous, so attention streams one block as
- * one (block_tokens, head_dim) matrix. Rows are F16 now; the row stride is
- * computed from `type` so that q8_0 rows can come later without changing
- * the callers (kv_k_row/kv_v_row hand out bytes of `type`).
+ * one (block_tokens, head_dim) matrix. Key rows are of type k_type and
+ * value rows of v_type, each F16 or Q8_0 (GGUF's block layout: per 32
+ * elements an f16 scale and 32 int8 codes); the row strides come from the
+ * types, so callers only see bytes (kv_k_row/kv_v_row hand out rows of
+ * k_type / v_type). Q8_0 needs the row's head size to be a multiple of
+ * 32.
  *
  * Sequences. A sequence is a slot id in [0, n_seq_max). Its block table
  * maps position p to block table[p / block_tokens], row p % block_tokens;
@@ -43,6 +46,9 @@ typedef struct kv_cache_params {
     int64_t n_ctx;         /* positions the pool holds in all (rounded up to blocks) */
     int n_seq_max;         /* sequence slots, >= 1 */
     int block_tokens;      /* 0: KV_BLOCK_TOKENS */
+    uint32_t k_type;       /* STRATA_TYPE_F16 or STRATA_TYPE_Q8_0; 0 (F32, never a
+                              KV type) means F16 */
+    uint32_t v_type;       /* likewise for value rows */
 } kv_cache_params;
 
 typedef struct kv_seq {
@@ -56,7 +62,9 @@ typedef struct kv_seq {
 typedef struct kv_cache {
     int64_t n_layer, n_head_kv, head_dim, head_dim_v;
     int block_tokens;
-    uint32_t type;         /* STRATA_TYPE_F16 */
+    uint32_t type;         /* k_type (kept for callers that knew one type) */
+    uint32_t k_type;       /* STRATA_TYPE_F16 or STRATA_TYPE_Q8_0 */
+    uint32_t v_type;
     size_t k_row_bytes;    /* bytes of one key row (head_dim elements) */
     size_t v_row_bytes;
     size_t k_block_bytes;  /* one (layer, block): n_head_kv * block_tokens key rows */
@@ -74,12 +82,21 @@ typedef struct kv_cache {
 
 /* Allocates the pool and the tables. *out is owned by the caller and freed
  * with kv_cache_free. Errors: STRATA_EINVAL for sizes that are not
- * positive or whose pool would not fit in memory; STRATA_ENOMEM. */
+ * positive or whose pool would not fit in memory, for a row type other
+ * than F16 and Q8_0, and for Q8_0 with a head size that is not a multiple
+ * of 32 (the message says which); STRATA_ENOMEM. */
 int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err);
 void kv_cache_free(kv_cache *kv);
 
 /* Bytes the pool for these parameters takes (0 when they are invalid). */
 size_t kv_cache_pool_bytes(const kv_cache_params *p);
+
+/* The row type a kv_cache_params field means (0 -> F16). */
+uint32_t kv_type_resolve(uint32_t type);
+
+/* Parses a KV row type name: "f16" or "q8_0" (case ignored). Returns 0
+ * and sets *type, or STRATA_EINVAL with a message naming the choices. */
+int kv_type_parse(const char *name, uint32_t *type, strata_err *err);
 
 /* Starts sequence seq_id (empty). STRATA_EINVAL when seq_id is outside
  * [0, n_seq_max) or already active. */

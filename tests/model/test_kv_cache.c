@@ -52,6 +52,56 @@ static void test_sizing(void **state)
     assert_int_equal(kv_cache_pool_bytes(&p), 0);
 }
 
+/* K and V row types: Q8_0 rows are GGUF blocks (34 bytes per 32 elements),
+ * chosen separately for keys and values; a head size that Q8_0 cannot
+ * hold and an unknown type are refused with a message that says so. */
+static void test_row_types(void **state)
+{
+    (void)state;
+    strata_err err;
+    kv_cache_params p = {.n_layer = 2, .n_head_kv = 2, .head_dim = 64, .head_dim_v = 32,
+                         .n_ctx = 64, .n_seq_max = 1, .k_type = STRATA_TYPE_Q8_0};
+    kv_cache *kv = NULL;
+    if (kv_cache_init(&kv, &p, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(kv->k_type, STRATA_TYPE_Q8_0);
+    assert_int_equal(kv->v_type, STRATA_TYPE_F16);
+    assert_int_equal(kv->k_row_bytes, 2 * 34);
+    assert_int_equal(kv->v_row_bytes, 32 * 2);
+    assert_int_equal(kv->k_block_bytes, (size_t)2 * 32 * 68);
+    assert_int_equal(kv_cache_pool_bytes(&p), (size_t)2 * 2 * 2 * 32 * (68 + 64));
+    /* a row of a later block starts where the type's stride puts it */
+    assert_int_equal(kv_seq_add(kv, 0, &err), 0);
+    assert_int_equal(kv_seq_extend(kv, 0, 40, &err), 0);
+    assert_ptr_equal(kv_k_row(kv, 0, 1, 35, 1), kv_k_block(kv, 1, kv->seqs[0].blocks[1], 1) + 3 * 68);
+    assert_ptr_equal(kv_v_row(kv, 0, 1, 35, 1), kv_v_block(kv, 1, kv->seqs[0].blocks[1], 1) + 3 * 64);
+    kv_cache_free(kv);
+
+    p.v_type = STRATA_TYPE_Q8_0;
+    if (kv_cache_init(&kv, &p, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(kv->v_row_bytes, 34);
+    kv_cache_free(kv);
+
+    kv_cache *bad = NULL;
+    p.head_dim_v = 48; /* not a multiple of 32 */
+    assert_int_equal(kv_cache_init(&bad, &p, &err), STRATA_EINVAL);
+    assert_null(bad);
+    assert_non_null(strstr(err.msg, "multiple of 32"));
+    assert_non_null(strstr(err.msg, "value"));
+    assert_int_equal(kv_cache_pool_bytes(&p), 0);
+    p.head_dim_v = 32;
+    p.k_type = STRATA_TYPE_Q4_0;
+    assert_int_equal(kv_cache_init(&bad, &p, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "key"));
+
+    uint32_t t = 0;
+    assert_int_equal(kv_type_parse("Q8_0", &t, &err), 0);
+    assert_int_equal(t, STRATA_TYPE_Q8_0);
+    assert_int_equal(kv_type_parse("f16", &t, &err), 0);
+    assert_int_equal(t, STRATA_TYPE_F16);
+    assert_int_equal(kv_type_parse("q4_0", &t, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "q8_0"));
+}
+
 static void test_sequences_and_blocks(void **state)
 {
     (void)state;
@@ -205,6 +255,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizing),
+        cmocka_unit_test(test_row_types),
         cmocka_unit_test(test_sequences_and_blocks),
         cmocka_unit_test(test_forward_batch_checks),
     };
