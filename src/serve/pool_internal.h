@@ -10,6 +10,7 @@
 #ifndef STRATA_SERVE_POOL_INTERNAL_H
 #define STRATA_SERVE_POOL_INTERNAL_H
 
+#include "engine/protocol.h"
 #include "serve/pool.h"
 
 #include <pthread.h>
@@ -100,6 +101,16 @@ sreq *pool_take_stranded_locked(pool *p, int64_t now_ns);
 /* router.c: under sched_lock, whether no replica is ready and every replica
  * has failed max_failed_starts starts in a row. */
 bool pool_engines_failing_locked(const pool *p);
+
+/* replica.c: the watchdog's verdict (pool.h "Liveness") on one pong of a
+ * replica with work in flight, from c's wedge settings (as pool_start
+ * normalised them) and the pong's figures. stalled_ms: how long the step
+ * count has stood still (since a pong first showed its value, or since the
+ * work began if later). True when wedged; *bound_ms is the bound that
+ * applies (the floor, or the floor plus the step's per-token allowance).
+ * Never true for a pong without figures, with the check off, or when a
+ * figure is NaN or the bound infinite. Pure: no lock needed. */
+bool pool_wedged(const pool_config *c, const proto_pong *pg, double stalled_ms, double *bound_ms);
 
 /* replica.c */
 int replica_spawn(replica *rep, strata_err *err);

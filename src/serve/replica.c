@@ -96,38 +96,43 @@ static const char k_msg_died[] = "the engine serving this request died";
 static const char k_msg_wedged[] =
     "the engine serving this request stopped making progress and was restarted";
 
-/* The watchdog's verdict on one pong (pool.h "Liveness"), for a ready
- * replica with work in flight (sched_lock held). True, with the reason in
- * why, when the engine is wedged. Uses the pong's figures as they are: a
- * step's age is what the engine measured when it answered. */
+bool pool_wedged(const pool_config *c, const proto_pong *pg, double stalled_ms, double *bound_ms)
+{
+    double floor_ms = (double)c->wedge_floor_ms;
+    *bound_ms = floor_ms;
+    if (c->wedge_floor_ms < 0 || !pg->has_progress) return false;
+    if (!pg->running) return stalled_ms > floor_ms;
+    double per_token = c->wedge_per_token_ms;
+    if (!(per_token > 0)) {
+        per_token = pg->ms_per_token > 0 ? POOL_WEDGE_FACTOR * pg->ms_per_token
+                                         : POOL_WEDGE_PRIOR_PER_TOKEN_MS;
+        if (!(per_token >= POOL_WEDGE_MIN_PER_TOKEN_MS)) per_token = POOL_WEDGE_MIN_PER_TOKEN_MS;
+    }
+    *bound_ms = floor_ms + per_token * (double)pg->step_tokens;
+    /* false when the bound is +inf (an engine that calls itself infinitely
+     * slow is left to the ping timeout) or a figure is NaN */
+    return pg->step_ms > *bound_ms;
+}
+
+/* The watchdog on one pong of a ready replica with work in flight
+ * (sched_lock held): true, with the reason in why, when it is wedged. */
 static bool wedged_locked(const replica *rep, const proto_pong *pg, int64_t now_ns, char *why,
                           size_t why_cap)
 {
-    const pool_config *c = &rep->p->cfg;
-    if (c->wedge_floor_ms < 0) return false;
-    double floor_ms = (double)c->wedge_floor_ms;
+    int64_t since = rep->pg_steps_ns > rep->busy_since_ns ? rep->pg_steps_ns : rep->busy_since_ns;
+    double stalled_ms = (double)(now_ns - since) / 1e6, bound_ms;
+    if (!pool_wedged(&rep->p->cfg, pg, stalled_ms, &bound_ms)) return false;
     if (pg->running) {
-        double per_token = c->wedge_per_token_ms;
-        if (!(per_token > 0)) {
-            per_token = pg->ms_per_token > 0 ? POOL_WEDGE_FACTOR * pg->ms_per_token
-                                             : POOL_WEDGE_PRIOR_PER_TOKEN_MS;
-            if (per_token < POOL_WEDGE_MIN_PER_TOKEN_MS) per_token = POOL_WEDGE_MIN_PER_TOKEN_MS;
-        }
-        double bound_ms = floor_ms + per_token * (double)pg->step_tokens;
-        if (!(pg->step_ms > bound_ms)) return false; /* also when bound_ms is +inf */
         snprintf(why, why_cap,
                  "wedged: a step of %" PRId64 " tokens has run %.0f ms, over its bound of %.0f ms "
                  "(%d requests in flight)",
                  pg->step_tokens, pg->step_ms, bound_ms, rep->n_busy);
-        return true;
+    } else {
+        snprintf(why, why_cap,
+                 "wedged: no step completed for %.0f ms and none is running, with %d requests in "
+                 "flight (bound %.0f ms)",
+                 stalled_ms, rep->n_busy, bound_ms);
     }
-    int64_t since = rep->pg_steps_ns > rep->busy_since_ns ? rep->pg_steps_ns : rep->busy_since_ns;
-    double stalled_ms = (double)(now_ns - since) / 1e6;
-    if (!(stalled_ms > floor_ms)) return false;
-    snprintf(why, why_cap,
-             "wedged: no step completed for %.0f ms and none is running, with %d requests in "
-             "flight (bound %.0f ms)",
-             stalled_ms, rep->n_busy, floor_ms);
     return true;
 }
 

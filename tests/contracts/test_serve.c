@@ -1224,6 +1224,52 @@ static void test_long_step_is_not_a_wedge(void **state)
     }
 }
 
+/* The whole chain with the real engine: STRATA_TEST_HANG_AT_STEP=3 in the
+ * server's environment reaches its engine, which hangs inside its third
+ * step while answering pings; the watchdog (bound: the floor plus the
+ * allowance learned from the engine's own first two steps) restarts it, the
+ * request gets a 503, and the restarted engine serves a request of two
+ * steps. */
+static void test_real_engine_hang_is_caught(void **state)
+{
+    (void)state;
+    static int n;
+    const char *dir = testdata_scratch_dir();
+    char port_file[512], log[512];
+    snprintf(port_file, sizeof(port_file), "%s/port-hang-%d-%d", dir, (int)getpid(), n);
+    snprintf(log, sizeof(log), "%s/serve-hang-%d.log", dir, n++);
+    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--replicas", "1", "--slots", "1",
+                          "-t", "1", "--wedge-floor-ms", "1000", "--port", "0", "--port-file",
+                          port_file, NULL};
+    setenv("STRATA_TEST_HANG_AT_STEP", "3", 1);
+    srv s;
+    s.port = st_spawn(argv, port_file, log, 1);
+    s.pid = g_live_pid; /* set by st_spawn: after it, not in one initializer */
+    unsetenv("STRATA_TEST_HANG_AT_STEP");
+    snprintf(s.log, sizeof(s.log), "%s", log);
+    double t0 = now_s();
+    int status;
+    json_t *j = complete(&s, "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0}",
+                         &status);
+    assert_true(now_s() - t0 < WD_FLOOR_MS / 1000.0 + 1.0 + WD_SLACK_S);
+    assert_int_equal(status, 503);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "engine_died");
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "stopped making progress"));
+    json_decref(j);
+    wait_metric(&s, "strata_engine_restarts_total{replica=\"0\"} 1");
+    wait_metric(&s, "strata_replica_ready{replica=\"0\"} 1");
+    j = complete(&s, "{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"temperature\":0}", &status);
+    assert_int_equal(status, 200);
+    json_t *u = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 2);
+    json_decref(j);
+    srv_stop(&s);
+    char *text = read_log(log);
+    assert_non_null(strstr(text, "wedged: a step of 1 tokens has run"));
+    free(text);
+}
+
 /* After each test: a server left by a failed assertion is killed. */
 static int kill_leftover(void **state)
 {
@@ -1250,6 +1296,7 @@ ST_MODEL_TEST(test_queued_wait_for_restart)
 ST_MODEL_TEST(test_queued_fails_when_engine_keeps_failing)
 ST_MODEL_TEST(test_wedged_engine_is_replaced)
 ST_MODEL_TEST(test_long_step_is_not_a_wedge)
+ST_MODEL_TEST(test_real_engine_hang_is_caught)
 
 int main(void)
 {
@@ -1274,6 +1321,7 @@ int main(void)
         cmocka_unit_test_teardown(test_queued_fails_when_engine_keeps_failing_guard, kill_leftover),
         cmocka_unit_test_teardown(test_wedged_engine_is_replaced_guard, kill_leftover),
         cmocka_unit_test_teardown(test_long_step_is_not_a_wedge_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_real_engine_hang_is_caught_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

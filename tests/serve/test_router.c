@@ -1,8 +1,8 @@
 /* Tests of the router's decisions (src/serve/router.c, pool_internal.h),
  * without processes: scoring a replica, choosing among scores (a score that
  * is not finite is ignored, never trusted), dispatching the queue over
- * replica states built here, and which queued requests may wait no longer
- * while no replica is ready. The same code runs in `strata serve`; the
+ * replica states built here, which queued requests may wait no longer
+ * while no replica is ready, and the watchdog's verdict on a pong. The same code runs in `strata serve`; the
  * contract tests (tests/contracts/test_serve.c) drive it over real pipes. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -280,6 +280,93 @@ static void test_stranded_at_once_when_every_replica_keeps_failing(void **state)
     fixture_free(&f);
 }
 
+/* --- the watchdog's verdict (pool.h "Liveness") --- */
+
+static proto_pong running_pong(int64_t tokens, double step_ms, double ms_per_token)
+{
+    return (proto_pong){.has_progress = true, .steps = 7, .running = true, .step_ms = step_ms,
+                        .step_tokens = tokens, .ms_per_token = ms_per_token};
+}
+
+static void test_wedge_bound_scales_with_the_step(void **state)
+{
+    (void)state;
+    pool_config c = {.wedge_floor_ms = 1000};
+    double bound = 0;
+    /* learned: 10 x 0.5 ms per token over 100 tokens on top of the floor */
+    proto_pong pg = running_pong(100, 1499.0, 0.5);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    assert_true(bound == 1500.0);
+    pg.step_ms = 1501.0;
+    assert_true(pool_wedged(&c, &pg, 0, &bound));
+    /* a long step of many tokens is not a wedge where a short one is */
+    pg = running_pong(10000, 20000.0, 0.5);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    pg.step_tokens = 10;
+    assert_true(pool_wedged(&c, &pg, 0, &bound));
+    /* the learned allowance is at least 1 ms per token */
+    pg = running_pong(100, 1099.0, 0.01);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    assert_true(bound == 1100.0);
+    /* before any step: 1000 ms per token */
+    pg = running_pong(3, 3999.0, 0.0);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    assert_true(bound == 4000.0);
+    /* a fixed allowance replaces the learned one */
+    c.wedge_per_token_ms = 0.1;
+    pg = running_pong(100, 1011.0, 0.5);
+    assert_true(pool_wedged(&c, &pg, 0, &bound));
+    assert_true(bound == 1010.0);
+    /* how long the count stood still does not matter while a step runs */
+    pg.step_ms = 5.0;
+    assert_false(pool_wedged(&c, &pg, 1e9, &bound));
+}
+
+static void test_wedge_outside_a_step_is_the_floor(void **state)
+{
+    (void)state;
+    pool_config c = {.wedge_floor_ms = 1000};
+    proto_pong pg = {.has_progress = true, .steps = 3, .ms_per_token = 0.5};
+    double bound = 0;
+    assert_false(pool_wedged(&c, &pg, 999.0, &bound));
+    assert_true(bound == 1000.0);
+    assert_true(pool_wedged(&c, &pg, 1001.0, &bound));
+}
+
+static void test_wedge_never_without_figures_or_when_off(void **state)
+{
+    (void)state;
+    pool_config c = {.wedge_floor_ms = 1000};
+    double bound;
+    proto_pong bare = {0}; /* a pong with no figures */
+    assert_false(pool_wedged(&c, &bare, 1e12, &bound));
+    c.wedge_floor_ms = -1;
+    proto_pong pg = running_pong(1, 1e12, 0.5);
+    assert_false(pool_wedged(&c, &pg, 1e12, &bound));
+    pg.running = false;
+    assert_false(pool_wedged(&c, &pg, 1e12, &bound));
+}
+
+static void test_wedge_hostile_figures_never_condemn(void **state)
+{
+    (void)state;
+    pool_config c = {.wedge_floor_ms = 1000};
+    double bound;
+    /* an engine that calls itself infinitely slow gets an infinite bound */
+    proto_pong pg = running_pong(1, 1e300, INFINITY);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    pg = running_pong(1, NAN, 0.5);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    pg = running_pong(INT64_MAX, 1e18, 0.5);
+    assert_false(pool_wedged(&c, &pg, 0, &bound));
+    /* a NaN cost falls back to the prior, not to no bound */
+    pg = running_pong(1, 2001.0, NAN);
+    assert_true(pool_wedged(&c, &pg, 0, &bound));
+    assert_true(bound == 2000.0);
+    proto_pong idle = {.has_progress = true};
+    assert_false(pool_wedged(&c, &idle, NAN, &bound));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +382,10 @@ int main(void)
         cmocka_unit_test(test_stranded_after_the_wait_bound),
         cmocka_unit_test(test_stranded_counts_from_submission_when_later),
         cmocka_unit_test(test_stranded_at_once_when_every_replica_keeps_failing),
+        cmocka_unit_test(test_wedge_bound_scales_with_the_step),
+        cmocka_unit_test(test_wedge_outside_a_step_is_the_floor),
+        cmocka_unit_test(test_wedge_never_without_figures_or_when_off),
+        cmocka_unit_test(test_wedge_hostile_figures_never_condemn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
