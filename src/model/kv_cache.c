@@ -3,6 +3,7 @@
 #include "kv_cache.h"
 
 #include "gguf/types.h"
+#include "model/kv_prefix.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -158,6 +159,7 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
 void kv_cache_free(kv_cache *kv)
 {
     if (kv == NULL) return;
+    kv_prefix_destroy(kv->prefix);
     if (kv->seqs != NULL) free(kv->seqs[0].blocks);
     free(kv->seqs);
     free(kv->free_ids);
@@ -180,6 +182,8 @@ static void block_release(kv_cache *kv, int32_t id)
     if (--kv->refcount[id] == 0) {
         assert(kv->n_free < kv->n_blocks);
         kv->free_ids[kv->n_free++] = id;
+    } else if (kv->refcount[id] == 1 && kv->prefix != NULL) {
+        kv_prefix_on_unref(kv, id); /* idle when only the index holds it */
     }
 }
 
@@ -216,6 +220,7 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos)
     int32_t keep = (int32_t)((n_pos + kv->block_tokens - 1) / kv->block_tokens);
     while (s->n_blocks > keep) block_release(kv, s->blocks[--s->n_blocks]);
     s->n_pos = n_pos;
+    if (kv->prefix != NULL) kv_prefix_on_truncate(kv, seq_id, n_pos);
 }
 
 bool kv_seq_active(const kv_cache *kv, int32_t seq_id)
@@ -252,13 +257,16 @@ int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err)
                               seq_id, n_pos, (int64_t)kv->max_blocks_per_seq * kv->block_tokens);
     }
     int32_t need = kv_seq_blocks_needed(kv, seq_id, n_pos);
-    if (need > kv->n_free) {
+    if (need > kv_free_blocks(kv)) {
         return strata_err_set(err, STRATA_ERANGE,
                               "KV cache full: sequence %" PRId32 " needs %" PRId32
                               " more blocks, %" PRId32 " are free",
-                              seq_id, need, kv->n_free);
+                              seq_id, need, kv_free_blocks(kv));
     }
     for (int32_t i = 0; i < need; i++) {
+        /* idle cached blocks count as free: the oldest goes when no
+         * other is left */
+        if (kv->n_free == 0) kv_prefix_evict_one(kv);
         int32_t id = kv->free_ids[--kv->n_free];
         assert(kv->refcount[id] == 0);
         kv->refcount[id] = 1;
@@ -270,7 +278,7 @@ int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err)
 
 int32_t kv_free_blocks(const kv_cache *kv)
 {
-    return kv->n_free;
+    return kv->n_free + kv_prefix_n_idle(kv);
 }
 
 uint8_t *kv_k_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head)

@@ -20,9 +20,13 @@
  * pool) is allocated at init, so starting, growing and ending a sequence
  * allocates no memory.
  *
- * Blocks carry a reference count so that a later prefix cache can share a
- * full block between sequences (a block with count > 1 is read-only; a
- * writer copies it first). Nothing shares blocks yet.
+ * Blocks carry a reference count so that the prefix cache (kv_prefix.h)
+ * can share a full block between sequences: a block with count > 1 is
+ * read-only (the index's own reference counts, so a cached block is
+ * read-only even to its one sequence); a writer copies it first. With the
+ * prefix cache on, unreferenced cached blocks count as free and are
+ * evicted, least recently used first, when a sequence needs a block and
+ * the free list is empty.
  *
  * Threads: not thread-safe; the forward pass's owner thread calls the
  * mutating functions between passes, and worker threads only read rows
@@ -78,6 +82,7 @@ typedef struct kv_cache {
     int32_t n_free;
     int n_seq_max;
     kv_seq *seqs;          /* (n_seq_max) */
+    struct kv_prefix *prefix; /* the prefix cache's index (kv_prefix.h); NULL: off */
 } kv_cache;
 
 /* Allocates the pool and the tables. *out is owned by the caller and freed
@@ -126,7 +131,8 @@ int32_t kv_seq_blocks_needed(const kv_cache *kv, int32_t seq_id, int64_t n_pos);
  * n_pos is past what one sequence may hold. */
 int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err);
 
-/* Free blocks in the pool. */
+/* Free blocks in the pool: on the free list, plus the idle cached blocks
+ * that taking a block would evict (kv_prefix.h). */
 int32_t kv_free_blocks(const kv_cache *kv);
 
 /* The start of the key rows of (layer, block, KV head): block_tokens rows
