@@ -19,8 +19,10 @@
 
 #include "base/cpu.h"
 #include "gguf/types.h"
+#include "tensor/attn_q8.h"
 #include "tensor/fp16.h"
 #include "tensor/ops.h"
+#include "tensor/quant.h"
 
 #include <assert.h>
 #include <math.h>
@@ -96,40 +98,62 @@ static attn_kernels kernels_for_cpu(void)
 
 /* --- the loop --- */
 
+#define R16(x) (((x) + 15) / 16 * 16)
+
+/* Floats that hold n_blk Q8_0 blocks for each of g query heads. */
+static size_t q8_query_floats(size_t g, int64_t head_dim)
+{
+    return (g * (size_t)(head_dim / TENSOR_QK) * sizeof(block_q8_0) + sizeof(float) - 1) /
+           sizeof(float);
+}
+
 size_t model_attention_scratch_floats(const kv_cache *kv, int64_t n_head)
 {
     size_t g = (size_t)(n_head / kv->n_head_kv);
     size_t bt = (size_t)kv->block_tokens;
     size_t hd = (size_t)kv->head_dim, hdv = (size_t)kv->head_dim_v;
-    /* scores (g, bt), acc (g, hdv), m (g), l (g), keys (bt, hd), values
-     * (bt, hdv); each rounded to 16 floats to keep rows 64-byte apart */
-#define R16(x) (((x) + 15) / 16 * 16)
-    return R16(g * bt) + R16(g * hdv) + R16(g) + R16(g) + R16(bt * hd) + R16(bt * hdv);
-#undef R16
+    /* scores (g, bt), acc (g, hdv), m (g), l (g); then per row type either
+     * the block widened to float ((bt, hd) keys, (bt, hdv) values) or, for
+     * Q8_0 keys, the queries quantized; each rounded to 16 floats to keep
+     * the parts 64 bytes apart */
+    size_t n = R16(g * bt) + R16(g * hdv) + R16(g) + R16(g);
+    n += kv->k_type == STRATA_TYPE_Q8_0 ? R16(q8_query_floats(g, kv->head_dim)) : R16(bt * hd);
+    n += kv->v_type == STRATA_TYPE_Q8_0 ? 0 : R16(bt * hdv);
+    return n;
 }
 
 typedef struct attn_job {
     const model_attn_args *a;
     attn_kernels k;
+    const tensor_attn_q8 *q8;
+    tensor_quant_fn quant_q8; /* the reference Q8_0 quantizer (deterministic) */
     size_t scratch_floats;
 } attn_job;
 
-/* One (token, KV head) item: the G query heads kvh*G .. kvh*G+G-1. */
-static void attn_item(const model_attn_args *a, const attn_kernels *kern, float *scratch,
-                      int64_t t, int64_t kvh)
+/* One (token, KV head) item: the G query heads kvh*G .. kvh*G+G-1. Per
+ * block of the sequence, first the G heads' scores, then each head's
+ * online-softmax update, then the values; every float step of a head is
+ * the same whatever G is, so splitting the phases changes no bits. */
+static void attn_item(const model_attn_args *a, const attn_job *job, float *scratch, int64_t t,
+                      int64_t kvh)
 {
     const kv_cache *kv = a->kv;
+    const attn_kernels *kern = &job->k;
     const int64_t G = a->n_head / kv->n_head_kv;
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v;
     const int64_t bt = kv->block_tokens;
-#define R16(x) (((x) + 15) / 16 * 16)
+    const bool k_q8 = kv->k_type == STRATA_TYPE_Q8_0, v_q8 = kv->v_type == STRATA_TYPE_Q8_0;
     float *scores = scratch;                   /* (G, bt) */
     float *acc = scores + R16(G * bt);         /* (G, hdv) */
     float *m = acc + R16(G * hdv);             /* (G) running maxima */
     float *l = m + R16(G);                     /* (G) running sums */
-    float *kf = l + R16(G);                    /* (bt, hd) this block's keys */
-    float *vf = kf + R16(bt * hd);             /* (bt, hdv) this block's values */
-#undef R16
+    float *rest = l + R16(G);
+    /* F16 keys: this block's keys as float (bt, hd); Q8_0 keys: the G
+     * queries quantized, (G, hd / 32) blocks */
+    float *kf = rest;
+    block_q8_0 *qq = (block_q8_0 *)(void *)rest;
+    rest += k_q8 ? R16(q8_query_floats((size_t)G, hd)) : (size_t)R16(bt * hd);
+    float *vf = rest;                          /* F16 values: (bt, hdv) */
     for (int64_t g = 0; g < G; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
@@ -140,26 +164,49 @@ static void attn_item(const model_attn_args *a, const attn_kernels *kern, float 
     const int64_t p = a->pos[t];
     const int64_t n_blocks = p / bt + 1;
     const float *q = a->q + (size_t)t * (size_t)(a->n_head * hd) + (size_t)(kvh * G * hd);
+    const int64_t nbk = hd / TENSOR_QK, nbv = hdv / TENSOR_QK;
+    if (k_q8) {
+        /* q per 32-block to int8 with a scale, as the matmul activations;
+         * depends on q alone */
+        for (int64_t g = 0; g < G; g++) job->quant_q8(q + g * hd, qq + g * nbk, hd);
+    }
 
     for (int64_t b = 0; b < n_blocks; b++) {
         const int64_t nv = b == n_blocks - 1 ? p % bt + 1 : bt;
         int32_t id = s->blocks[b];
-        kern->widen(kf, (const uint16_t *)(const void *)kv_k_block(kv, a->layer, id, kvh), nv * hd);
-        kern->widen(vf, (const uint16_t *)(const void *)kv_v_block(kv, a->layer, id, kvh), nv * hdv);
+        const uint8_t *kb = kv_k_block(kv, a->layer, id, kvh);
+        const uint8_t *vb = kv_v_block(kv, a->layer, id, kvh);
+        if (k_q8) {
+            job->q8->qk(scores, (size_t)bt, qq, G, kb, kv->k_row_bytes, nv, nbk);
+            for (int64_t g = 0; g < G; g++) {
+                for (int64_t j = 0; j < nv; j++) scores[g * bt + j] *= a->scale;
+            }
+        } else {
+            kern->widen(kf, (const uint16_t *)(const void *)kb, nv * hd);
+            for (int64_t g = 0; g < G; g++) {
+                for (int64_t j = 0; j < nv; j++) {
+                    scores[g * bt + j] = tensor_dot_f32(q + g * hd, kf + j * hd, hd) * a->scale;
+                }
+            }
+        }
+        if (!v_q8) kern->widen(vf, (const uint16_t *)(const void *)vb, nv * hdv);
         for (int64_t g = 0; g < G; g++) {
-            const float *qg = q + g * hd;
             float *sg = scores + g * bt;
             float *ag = acc + g * hdv;
             float mb = -INFINITY;
             for (int64_t j = 0; j < nv; j++) {
-                sg[j] = tensor_dot_f32(qg, kf + j * hd, hd) * a->scale;
                 if (sg[j] > mb) mb = sg[j];
             }
             float mn = m[g] > mb ? m[g] : mb;
             /* e^(m - m') rescales what came before; the first block has
              * nothing before it (acc and l are 0), and m = -inf there. */
             float c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
-            if (mn == -INFINITY) continue; /* every score -inf so far: nothing to add */
+            if (mn == -INFINITY) {
+                /* every score -inf so far: nothing to add (weights 0 for
+                 * the shared Q8_0 value pass: acc + 0 * v leaves acc) */
+                for (int64_t j = 0; j < nv; j++) sg[j] = 0.0f;
+                continue;
+            }
             for (int64_t j = 0; j < nv; j++) sg[j] -= mn;
             tensor_exp(sg, sg, nv);
             float sum = 0.0f;
@@ -168,8 +215,13 @@ static void attn_item(const model_attn_args *a, const attn_kernels *kern, float 
             m[g] = mn;
             tensor_scale(ag, c, hdv);
             /* acc += p_j v_j, element-wise, rows in position order */
-            for (int64_t j = 0; j < nv; j++) kern->axpy(ag, sg[j], vf + j * hdv, hdv);
+            if (!v_q8) {
+                for (int64_t j = 0; j < nv; j++) kern->axpy(ag, sg[j], vf + j * hdv, hdv);
+            }
         }
+        /* Q8_0 values: acc_g += (p_gj d_j) v_j from the codes, all heads
+         * per loaded row, rows in position order */
+        if (v_q8) job->q8->pv(acc, (size_t)hdv, scores, (size_t)bt, G, vb, kv->v_row_bytes, nv, nbv);
     }
 
     float *o = a->out + (size_t)t * (size_t)(a->n_head * hdv) + (size_t)(kvh * G * hdv);
@@ -179,6 +231,8 @@ static void attn_item(const model_attn_args *a, const attn_kernels *kern, float 
         for (int64_t d = 0; d < hdv; d++) o[g * hdv + d] = acc[g * hdv + d] * inv;
     }
 }
+
+#undef R16
 
 static void attn_run(void *ctx, int i_thread, int n_threads)
 {
@@ -190,17 +244,18 @@ static void attn_run(void *ctx, int i_thread, int n_threads)
     /* Round-robin: neighbouring items (same token, or adjacent positions)
      * cost about the same, so this balances the causal triangle. */
     for (int64_t i = i_thread; i < n_items; i += n_threads) {
-        attn_item(a, &job->k, scratch, i / n_kv, i % n_kv);
+        attn_item(a, job, scratch, i / n_kv, i % n_kv);
     }
 }
 
 void model_attention(strata_pool *pool, const model_attn_args *a)
 {
     assert(a->n_head % a->kv->n_head_kv == 0);
-    assert(a->kv->type == STRATA_TYPE_F16); /* the only row type the loop reads yet */
     attn_job job = {
         .a = a,
         .k = kernels_for_cpu(),
+        .q8 = tensor_attn_q8_get(),
+        .quant_q8 = tensor_get_quant(STRATA_TYPE_Q8_0),
         .scratch_floats = model_attention_scratch_floats(a->kv, a->n_head),
     };
     if (a->n_tokens * a->kv->n_head_kv == 1) attn_run(&job, 0, 1);

@@ -38,6 +38,7 @@ struct model_ctx {
     strata_pool *pool;      /* NULL for one thread */
     int n_threads;
     kv_cache *kv;
+    tensor_quant_fn quant_q8; /* writes Q8_0 KV rows (the reference quantizer) */
     int64_t n_batch;
 
     /* Activations of one chunk; every buffer has n_batch rows. */
@@ -120,6 +121,7 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
     ctx->m = m;
     ctx->n_threads = n_threads;
     ctx->n_batch = n_batch;
+    ctx->quant_q8 = tensor_get_quant(STRATA_TYPE_Q8_0);
 
     kv_cache_params kp = {
         .n_layer = hp->n_layer,
@@ -128,6 +130,8 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
         .head_dim_v = hp->head_dim_v,
         .n_ctx = p->n_ctx,
         .n_seq_max = n_seq_max,
+        .k_type = p->k_type,
+        .v_type = p->v_type,
     };
     int rc = kv_cache_init(&ctx->kv, &kp, err);
     if (rc != 0) {
@@ -245,13 +249,25 @@ static void row_qkv(const row_job *j, int64_t t)
                 hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
     tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, hp->rope_freq_base,
                 hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
-    /* Into the cache as F16 (round to nearest even). */
+    /* Into the cache as F16 (round to nearest even) or Q8_0 (per 32-block
+     * max-abs scale, codes rounded to nearest: tensor_quant_row_q8_0) */
     const int32_t seq = j->seq_ids[t];
+    const kv_cache *kv = ctx->kv;
     for (int64_t h = 0; h < hp->n_head_kv; h++) {
-        uint16_t *kr = (uint16_t *)(void *)kv_k_row(ctx->kv, seq, j->il, pos, h);
-        uint16_t *vr = (uint16_t *)(void *)kv_v_row(ctx->kv, seq, j->il, pos, h);
-        for (int64_t d = 0; d < hd; d++) kr[d] = tensor_f32_to_f16(k[h * hd + d]);
-        for (int64_t d = 0; d < hdv; d++) vr[d] = tensor_f32_to_f16(v[h * hdv + d]);
+        uint8_t *kr = kv_k_row(kv, seq, j->il, pos, h);
+        uint8_t *vr = kv_v_row(kv, seq, j->il, pos, h);
+        if (kv->k_type == STRATA_TYPE_Q8_0) {
+            ctx->quant_q8(k + h * hd, kr, hd);
+        } else {
+            uint16_t *kh = (uint16_t *)(void *)kr;
+            for (int64_t d = 0; d < hd; d++) kh[d] = tensor_f32_to_f16(k[h * hd + d]);
+        }
+        if (kv->v_type == STRATA_TYPE_Q8_0) {
+            ctx->quant_q8(v + h * hdv, vr, hdv);
+        } else {
+            uint16_t *vh = (uint16_t *)(void *)vr;
+            for (int64_t d = 0; d < hdv; d++) vh[d] = tensor_f32_to_f16(v[h * hdv + d]);
+        }
     }
 }
 

@@ -38,6 +38,9 @@ typedef struct model_ctx_params {
     int n_seq_max;     /* sequence slots (ids 0 .. n_seq_max-1); 0 means 1 */
     int64_t n_batch;   /* tokens per chunk; 0 means MODEL_DEFAULT_BATCH */
     int n_threads;     /* threads of the context's pool; 0 means 1 */
+    uint32_t k_type;   /* KV cache key rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0;
+                          0 means F16 (see kv_cache_params) */
+    uint32_t v_type;   /* value rows, likewise */
 } model_ctx_params;
 
 #define MODEL_DEFAULT_BATCH 512
@@ -55,7 +58,8 @@ typedef struct model_ctx model_ctx;
 
 /* Makes a context for m (which must outlive it). *out is owned by the
  * caller; free with model_ctx_free. Errors: STRATA_EINVAL for bad
- * parameters, STRATA_ENOMEM. */
+ * parameters (including a Q8_0 KV type for a model whose head size is not a
+ * multiple of 32, with a message that says so), STRATA_ENOMEM. */
 int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, strata_err *err);
 void model_ctx_free(model_ctx *ctx);
 
