@@ -232,6 +232,7 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->logprobs > PROTO_MAX_LOGPROBS || g->logprobs < -1) e->bad = "gen.logprobs";
     if (g->logprobs == 0) enc_set(e, o, "logprobs", enc_take(e, json_true()));
     if (g->logprobs > 0) enc_set(e, o, "logprobs", enc_int(e, g->logprobs));
+    if (g->no_cache) enc_set(e, o, "cache", enc_take(e, json_false()));
 }
 
 static void enc_tok(enc *e, json_t *o, const proto_tok *t)
@@ -282,6 +283,13 @@ static void enc_ready(enc *e, json_t *o, const proto_ready *r)
     enc_set(e, kv, "block_tokens", enc_int(e, r->kv_block_tokens));
     enc_set(e, kv, "n_blocks", enc_int(e, r->kv_n_blocks));
     enc_set(e, kv, "bytes", enc_int(e, r->kv_bytes));
+    if (r->kv_cache_blocks < 0 || r->kv_cache_bytes < 0 || r->kv_cache_min_tokens < 0) {
+        e->bad = "ready.kv cache figures";
+    }
+    enc_set(e, kv, "prefix_cache", enc_take(e, json_boolean(r->kv_prefix_cache)));
+    enc_set(e, kv, "cache_blocks", enc_int(e, r->kv_cache_blocks));
+    enc_set(e, kv, "cache_bytes", enc_int(e, r->kv_cache_bytes));
+    enc_set(e, kv, "cache_min_tokens", enc_int(e, r->kv_cache_min_tokens));
     enc_set(e, o, "kv", kv);
 }
 
@@ -312,11 +320,18 @@ static void enc_pong(enc *e, json_t *o, const proto_pong *pg)
         enc_set(e, o, "ms_per_token", enc_real(e, pg->ms_per_token, "pong.ms_per_token"));
     }
     if (pg->has_kv) {
-        if (pg->kv_blocks < 0 || pg->kv_used < 0 || pg->kv_bytes < 0) e->bad = "pong.kv";
+        if (pg->kv_blocks < 0 || pg->kv_used < 0 || pg->kv_bytes < 0 || pg->kv_cached < 0 ||
+            pg->kv_lookup_tokens < 0 || pg->kv_hit_tokens < 0 || pg->kv_preemptions < 0) {
+            e->bad = "pong.kv";
+        }
         json_t *kv = enc_take(e, json_object());
         enc_set(e, kv, "blocks", enc_int(e, pg->kv_blocks));
         enc_set(e, kv, "used", enc_int(e, pg->kv_used));
+        enc_set(e, kv, "cached", enc_int(e, pg->kv_cached));
         enc_set(e, kv, "bytes", enc_int(e, pg->kv_bytes));
+        enc_set(e, kv, "lookup_tokens", enc_int(e, pg->kv_lookup_tokens));
+        enc_set(e, kv, "hit_tokens", enc_int(e, pg->kv_hit_tokens));
+        enc_set(e, kv, "preemptions", enc_int(e, pg->kv_preemptions));
         enc_set(e, o, "kv", kv);
     }
 }
@@ -374,6 +389,7 @@ int proto_encode(const proto_msg *m, proto_buf *out, strata_err *err)
             if (name == NULL) e.bad = "embed.pooling";
             enc_set(&e, o, "pooling", enc_string(&e, name ? name : "?"));
         }
+        if (m->u.embed.no_cache) enc_set(&e, o, "cache", enc_take(&e, json_false()));
         break;
     case PROTO_OP_READY: enc_ready(&e, o, &m->u.ready); break;
     case PROTO_OP_TOK: enc_tok(&e, o, &m->u.tok); break;
@@ -657,6 +673,16 @@ static void dec_sampling(dec *d, json_t *so, proto_sampling *s)
     dec_logit_bias(d, json_object_get(so, "logit_bias"), s);
 }
 
+/* gen/embed `cache`: true when it says false. */
+static bool dec_cache_off(dec *d, json_t *o)
+{
+    json_t *v = json_object_get(o, "cache");
+    if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
+        dec_fail(d, "cache must be true or false");
+    }
+    return json_is_false(v);
+}
+
 static void dec_gen(dec *d, json_t *o, proto_gen *g)
 {
     dec_tokens(d, o, "tokens", true, true, &g->tokens, &g->n_tokens);
@@ -681,11 +707,13 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
     } else {
         dec_fail(d, "logprobs must be a boolean or an integer in [0, %d]", PROTO_MAX_LOGPROBS);
     }
+    g->no_cache = dec_cache_off(d, o);
 }
 
 static void dec_embed(dec *d, json_t *o, proto_embed *e)
 {
     dec_tokens(d, o, "tokens", true, true, &e->tokens, &e->n_tokens);
+    e->no_cache = dec_cache_off(d, o);
     json_t *v = json_object_get(o, "pooling");
     e->pooling = PROTO_POOLING_DEFAULT;
     if (v == NULL || json_is_null(v)) return;
@@ -740,6 +768,17 @@ static void dec_ready(dec *d, json_t *o, proto_ready *r)
                 &r->kv_block_tokens, NULL);
         dec_int(d, kv, "n_blocks", "kv.n_blocks", false, 0, INT64_MAX, &r->kv_n_blocks, NULL);
         dec_int(d, kv, "bytes", "kv.bytes", false, 0, INT64_MAX, &r->kv_bytes, NULL);
+        json_t *v = json_object_get(kv, "prefix_cache");
+        if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
+            dec_fail(d, "kv.prefix_cache must be true or false");
+        }
+        r->kv_prefix_cache = json_is_true(v);
+        dec_int(d, kv, "cache_blocks", "kv.cache_blocks", false, 0, INT64_MAX,
+                &r->kv_cache_blocks, NULL);
+        dec_int(d, kv, "cache_bytes", "kv.cache_bytes", false, 0, INT64_MAX, &r->kv_cache_bytes,
+                NULL);
+        dec_int(d, kv, "cache_min_tokens", "kv.cache_min_tokens", false, 0, INT64_MAX,
+                &r->kv_cache_min_tokens, NULL);
     }
 }
 
@@ -869,6 +908,12 @@ static void dec_pong(dec *d, json_t *o, proto_pong *pg)
     dec_int(d, kv, "blocks", "kv.blocks", true, 0, INT64_MAX, &pg->kv_blocks, NULL);
     dec_int(d, kv, "used", "kv.used", true, 0, INT64_MAX, &pg->kv_used, NULL);
     dec_int(d, kv, "bytes", "kv.bytes", true, 0, INT64_MAX, &pg->kv_bytes, NULL);
+    dec_int(d, kv, "cached", "kv.cached", false, 0, INT64_MAX, &pg->kv_cached, NULL);
+    dec_int(d, kv, "lookup_tokens", "kv.lookup_tokens", false, 0, INT64_MAX,
+            &pg->kv_lookup_tokens, NULL);
+    dec_int(d, kv, "hit_tokens", "kv.hit_tokens", false, 0, INT64_MAX, &pg->kv_hit_tokens, NULL);
+    dec_int(d, kv, "preemptions", "kv.preemptions", false, 0, INT64_MAX, &pg->kv_preemptions,
+            NULL);
 }
 
 static void dec_errmsg(dec *d, json_t *o, proto_errmsg *e)

@@ -60,11 +60,22 @@
  *               generated token carries its own log-probability. An
  *               integer N in [1, PROTO_MAX_LOGPROBS]: that plus the N most
  *               likely alternatives.
+ *   cache       optional boolean [true]; false: this request neither takes
+ *               its prompt's prefix from the engine's prefix cache nor
+ *               leaves its blocks there (llama-server's cache_prompt:
+ *               false). Its output is the same either way: a request
+ *               served partly from the cache gives bit-identical tokens
+ *               and logprobs; the opt-out is for measuring and for prompts
+ *               that must not stay in memory.
  *
  * {"op":"embed","id":8,"tokens":[1,2,3],"pooling":"mean"}
  *   id, tokens  as for gen.
  *   pooling     optional: "mean", "cls" (first token), "last"; absent: the
  *               model's pooling type when its GGUF names one, else "mean".
+ *   cache       as for gen. Mean and cls pooling need the hidden state of
+ *               every (or the first) prompt token, which the cache does not
+ *               keep, so they never take a prefix from it (but do leave
+ *               their blocks for later requests); last pooling does.
  *   Answered by `emb`, then `done` (finish "stop", predicted_n 0).
  *
  * {"op":"stop","id":7}     cancel; the request ends with `done` finish
@@ -88,14 +99,20 @@
  * {"op":"ready","protocol":1,"model":{"arch":"llama","n_ctx_train":2048,
  *  "n_vocab":32000,"n_embd":4096,"n_layer":32},"slots":4,"n_ctx":4096,
  *  "n_batch":512,"kv":{"type":"f16","block_tokens":32,"n_blocks":512,
- *  "bytes":268435456}}
+ *  "bytes":268435456,"prefix_cache":true,"cache_blocks":512,
+ *  "cache_bytes":268435456,"cache_min_tokens":32}}
  *   Once, after loading, before anything else. `slots`: sequences that run
  *   at once (more wait in the engine's queue, in arrival order). `n_ctx`:
  *   the tokens one request may hold, prompt and generated: a gen needs
  *   prompt + max_tokens <= n_ctx (without max_tokens: prompt < n_ctx, and
  *   it ends with "length" at n_ctx tokens), an embed prompt <= n_ctx, else
  *   err "context_length". `n_batch`: the token budget of one step. `kv`:
- *   the KV pool shared by the slots (n_ctx positions for each).
+ *   the KV pool shared by the slots (n_ctx positions for each, n_blocks
+ *   blocks of block_tokens positions, bytes in all) and its prefix cache:
+ *   prefix_cache whether it is on; cache_blocks / cache_bytes the budget,
+ *   the most blocks that may stay cached with no request holding them (0
+ *   when off); cache_min_tokens the fewest prompt tokens a reuse must
+ *   cover. The four are optional when decoding (false / 0).
  * {"op":"tok","id":7,"tokens":[450],"logprobs":[{"token":450,
  *  "logprob":-0.11,"top":[[450,-0.11],[263,-2.5]]}]}
  *   Generated tokens, in order (one or more per line). `logprobs` only
@@ -111,8 +128,10 @@
  *   embedding computed), "length" (max_tokens or the context reached),
  *   "cancelled" (a `stop`). stats are this request's own: prompt_n prompt
  *   tokens evaluated (fewer than the prompt when cancelled during its
- *   prefill, 0 when cancelled while queued), cached_n of them served from
- *   a prefix cache (0: no prefix cache yet), predicted_n tokens sent in
+ *   prefill, 0 when cancelled while queued; cached ones included), cached_n
+ *   of them taken from the prefix cache instead of computed (a multiple of
+ *   the block size, or the whole prompt but its last token, which is
+ *   always computed for its logits), predicted_n tokens sent in
  *   `tok` (a stop or end-of-generation token is not counted), prompt_ms
  *   from the start of its first prefill step to the end of its last one,
  *   predicted_ms from then to its terminal message, draft_n /
@@ -124,7 +143,8 @@
  *   duplicate; the message then names it). code is one of PROTO_ERR_*.
  * {"op":"pong","id":9,"steps":41,"running":true,"step_ms":812.5,
  *  "step_tokens":512,"ms_per_token":0.42,"kv":{"blocks":64,"used":17,
- *  "bytes":1048576}}
+ *  "cached":30,"bytes":1048576,"lookup_tokens":9000,"hit_tokens":7040,
+ *  "preemptions":0}}
  *   The answer to a ping, written by the engine's reader as soon as it reads
  *   the ping (after the answers to the lines before it: see "Lines the
  *   engine cannot decode" below), never held back by a step. The rest is a
@@ -138,8 +158,17 @@
  *                   PROTO_PONG_COST_STEPS completed steps (0 before any):
  *                   the engine's own measure of its speed, from which the
  *                   server sizes how long a step of step_tokens may take
- *     kv            the KV pool: blocks in all, used (held by sequences),
- *                   bytes in all
+ *     kv            the KV pool: blocks in all, used (held by running
+ *                   requests), cached (listed in the prefix cache, held or
+ *                   idle; idle ones are reused when no block is free),
+ *                   bytes in all (the pool is allocated whole at start),
+ *                   lookup_tokens / hit_tokens the prompt tokens looked up
+ *                   in the prefix cache and those reused, since start,
+ *                   preemptions requests preempted to free blocks (always
+ *                   0: every slot has room for a whole context, so the
+ *                   scheduler never preempts). As of the end of the last
+ *                   step. cached, lookup_tokens, hit_tokens and
+ *                   preemptions are optional when decoding (0).
  *   The server judges an engine *wedged* from these figures, never from the
  *   pong's arrival alone (pool.h has the rule). The progress fields come
  *   together: a pong has all of steps, running, step_ms, step_tokens and
@@ -266,12 +295,14 @@ typedef struct proto_gen {
     size_t n_stop_tokens;
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
+    bool no_cache;             /* `cache`: false */
 } proto_gen;
 
 typedef struct proto_embed {
     int32_t *tokens;           /* (n_tokens), n_tokens >= 1 */
     size_t n_tokens;
     proto_pooling pooling;
+    bool no_cache;             /* `cache`: false */
 } proto_embed;
 
 typedef struct proto_ready {
@@ -283,6 +314,8 @@ typedef struct proto_ready {
     int64_t n_batch;
     const char *kv_type;       /* kv.type, e.g. "f16" */
     int64_t kv_block_tokens, kv_n_blocks, kv_bytes; /* kv.block_tokens, kv.n_blocks, kv.bytes */
+    bool kv_prefix_cache;      /* kv.prefix_cache */
+    int64_t kv_cache_blocks, kv_cache_bytes, kv_cache_min_tokens; /* kv.cache_* */
 } proto_ready;
 
 typedef struct proto_top {
@@ -329,6 +362,7 @@ typedef struct proto_pong {
     double ms_per_token;       /* slowest of the recent completed steps; 0 before any */
     bool has_kv;
     int64_t kv_blocks, kv_used, kv_bytes; /* kv.blocks, kv.used, kv.bytes */
+    int64_t kv_cached, kv_lookup_tokens, kv_hit_tokens, kv_preemptions; /* kv.* */
 } proto_pong;
 
 typedef struct proto_errmsg {

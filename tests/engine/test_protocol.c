@@ -65,9 +65,11 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.n_stop_tokens = 2;
     m.u.gen.ignore_eos = true;
     m.u.gen.logprobs = 5;
+    m.u.gen.no_cache = true;
     proto_msg r;
     char *line;
     roundtrip(&m, PROTO_DIR_TO_ENGINE, &r, &line);
+    assert_non_null(strstr(line, "\"cache\":false"));
     /* op first on the wire */
     assert_memory_equal(line, "{\"op\":\"gen\",\"id\":9007199254740991,", 34);
     free(line);
@@ -91,13 +93,17 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.stop_tokens[1], 13);
     assert_true(r.u.gen.ignore_eos);
     assert_int_equal(r.u.gen.logprobs, 5);
+    assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);
 
     /* logprobs: chosen only is `true` on the wire and 0 in the struct */
     m.u.gen.logprobs = 0;
     m.u.gen.sampling.n_logit_bias = 0;
     m.u.gen.sampling.has_seed = false;
+    m.u.gen.no_cache = false;
     roundtrip(&m, PROTO_DIR_TO_ENGINE, &r, &line);
+    assert_null(strstr(line, "cache")); /* the default is not written */
+    assert_false(r.u.gen.no_cache);
     assert_non_null(strstr(line, "\"logprobs\":true"));
     assert_null(strstr(line, "seed"));
     assert_int_equal(r.u.gen.logprobs, 0);
@@ -126,7 +132,17 @@ static void test_gen_defaults(void **state)
     assert_false(m.u.gen.sampling.has_seed);
     assert_int_equal(m.u.gen.logprobs, -1);
     assert_false(m.u.gen.ignore_eos);
+    assert_false(m.u.gen.no_cache);
     assert_int_equal(m.u.gen.n_stop_tokens, 0);
+    proto_msg_free(&m);
+    /* the prefix cache opt-out, on embed too; null is absent */
+    assert_int_equal(decode_str("{\"op\":\"embed\",\"id\":3,\"tokens\":[1],\"cache\":false}",
+                                PROTO_DIR_TO_ENGINE, &m, &pe), 0);
+    assert_true(m.u.embed.no_cache);
+    proto_msg_free(&m);
+    assert_int_equal(decode_str("{\"op\":\"gen\",\"id\":3,\"tokens\":[1],\"cache\":null}",
+                                PROTO_DIR_TO_ENGINE, &m, &pe), 0);
+    assert_false(m.u.gen.no_cache);
     proto_msg_free(&m);
     /* the object form of logit_bias, logprobs 0 = none */
     assert_int_equal(decode_str("{\"op\":\"gen\",\"id\":3,\"tokens\":[1],\"logprobs\":0,"
@@ -170,14 +186,37 @@ static void test_other_messages_roundtrip(void **state)
     rd.u.ready = (proto_ready){.protocol = 1, .arch = "llama", .n_ctx_train = 2048,
                                .n_vocab = 512, .n_embd = 64, .n_layer = 5, .slots = 4,
                                .n_ctx = 512, .n_batch = 256, .kv_type = "f16",
-                               .kv_block_tokens = 32, .kv_n_blocks = 64, .kv_bytes = 1 << 20};
+                               .kv_block_tokens = 32, .kv_n_blocks = 64, .kv_bytes = 1 << 20,
+                               .kv_prefix_cache = true, .kv_cache_blocks = 48,
+                               .kv_cache_bytes = 786432, .kv_cache_min_tokens = 64};
     roundtrip(&rd, PROTO_DIR_TO_SERVER, &r, NULL);
     assert_string_equal(r.u.ready.arch, "llama");
     assert_string_equal(r.u.ready.kv_type, "f16");
     assert_int_equal(r.u.ready.n_vocab, 512);
     assert_int_equal(r.u.ready.slots, 4);
     assert_int_equal(r.u.ready.kv_bytes, 1 << 20);
+    /* the prefix cache's configuration */
+    assert_true(r.u.ready.kv_prefix_cache);
+    assert_int_equal(r.u.ready.kv_cache_blocks, 48);
+    assert_int_equal(r.u.ready.kv_cache_bytes, 786432);
+    assert_int_equal(r.u.ready.kv_cache_min_tokens, 64);
     proto_msg_free(&r);
+    /* an older engine's ready without them: off */
+    assert_int_equal(
+        decode_str("{\"op\":\"ready\",\"protocol\":1,\"model\":{\"arch\":\"llama\","
+                   "\"n_ctx_train\":1,\"n_vocab\":2,\"n_embd\":3},\"slots\":1,\"n_ctx\":8,"
+                   "\"kv\":{\"type\":\"f16\"}}",
+                   PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+        0);
+    assert_false(r.u.ready.kv_prefix_cache);
+    assert_int_equal(r.u.ready.kv_cache_blocks, 0);
+    proto_msg_free(&r);
+    assert_int_equal(
+        decode_str("{\"op\":\"ready\",\"protocol\":1,\"model\":{\"arch\":\"llama\","
+                   "\"n_ctx_train\":1,\"n_vocab\":2,\"n_embd\":3},\"slots\":1,\"n_ctx\":8,"
+                   "\"kv\":{\"type\":\"f16\",\"prefix_cache\":1}}",
+                   PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+        STRATA_EFORMAT);
 
     proto_top top[] = {{450, -0.125f}, {263, -2.5f}};
     proto_logprob lps[] = {{450, -0.125f, top, 2}, {13, -1e-7f, NULL, 0}};
@@ -329,6 +368,10 @@ static void test_decode_errors(void **state)
         {"{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"ignore_eos\":1}", PROTO_ERR_BAD_REQUEST, 1,
          "ignore_eos"},
         {"{\"op\":\"gen\",\"id\":1,\"id\":2,\"tokens\":[1]}", PROTO_ERR_BAD_JSON, 1, "duplicate"},
+        {"{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"cache\":0}", PROTO_ERR_BAD_REQUEST, 1,
+         "cache must be"},
+        {"{\"op\":\"embed\",\"id\":2,\"tokens\":[1],\"cache\":\"no\"}",
+         PROTO_ERR_BAD_REQUEST, 2, "cache must be"},
         {"{\"op\":\"embed\",\"id\":2,\"tokens\":[1],\"pooling\":\"max\"}",
          PROTO_ERR_BAD_REQUEST, 2, "pooling"},
         {"{\"op\":\"stop\"}", PROTO_ERR_BAD_REQUEST, -1, "missing id"},
@@ -388,11 +431,18 @@ static void test_pong_progress(void **state)
     pg.u.pong = (proto_pong){.has_progress = true, .steps = 41, .running = true,
                              .step_ms = 812.5, .step_tokens = 512, .ms_per_token = 0.4375,
                              .has_kv = true, .kv_blocks = 64, .kv_used = 17,
-                             .kv_bytes = 1048576};
+                             .kv_bytes = 1048576, .kv_cached = 30, .kv_lookup_tokens = 9000,
+                             .kv_hit_tokens = 7040, .kv_preemptions = 2};
     roundtrip(&pg, PROTO_DIR_TO_SERVER, &r, &line);
     assert_string_equal(line, "{\"op\":\"pong\",\"id\":12,\"steps\":41,\"running\":true,"
                               "\"step_ms\":812.5,\"step_tokens\":512,\"ms_per_token\":0.4375,"
-                              "\"kv\":{\"blocks\":64,\"used\":17,\"bytes\":1048576}}");
+                              "\"kv\":{\"blocks\":64,\"used\":17,\"cached\":30,"
+                              "\"bytes\":1048576,\"lookup_tokens\":9000,\"hit_tokens\":7040,"
+                              "\"preemptions\":2}}");
+    assert_int_equal(r.u.pong.kv_cached, 30);
+    assert_int_equal(r.u.pong.kv_lookup_tokens, 9000);
+    assert_int_equal(r.u.pong.kv_hit_tokens, 7040);
+    assert_int_equal(r.u.pong.kv_preemptions, 2);
     assert_true(r.u.pong.has_progress && r.u.pong.has_kv && r.u.pong.running);
     assert_int_equal(r.u.pong.steps, 41);
     assert_true(r.u.pong.step_ms == 812.5);
