@@ -1,13 +1,20 @@
-/* `strata bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-b BATCH]`:
+/* `strata bench -m MODEL [-p 512] [-n 128] [-d 0,...] [-ctk/-ctv f16,q8_0]
+ * [--kv-type f16,q8_0] [-t THREADS] [-r REPS] [-b BATCH]`:
  * prompt processing and decode speed of one model, as a table in the shape
  * of llama-bench's:
- *   ppN: N prompt tokens evaluated from an empty cache (in chunks of the
- *        batch size), tokens per second;
- *   tgN: N tokens decoded one at a time from an empty cache.
- * Token ids are drawn from a fixed seed, so every run feeds the same input.
- * One warm-up run of each test comes first (page faults on the mapped
- * weights, caches); then REPS timed runs, reported as mean ± standard
- * deviation. */
+ *   ppN: N prompt tokens evaluated after the cache holds DEPTH tokens (in
+ *        chunks of the batch size), tokens per second;
+ *   tgN: N tokens decoded one at a time after DEPTH tokens;
+ * named "ppN @ dDEPTH" when DEPTH > 0, as llama-bench -d names them. The
+ * DEPTH tokens are evaluated once per (KV type, depth), untimed; each
+ * timed run rewinds the sequence to DEPTH and runs the test from there
+ * (the rows below DEPTH are the same every time, so this measures what a
+ * fresh prefill would, without paying for it per repetition).
+ * Several depths and KV types run in one invocation, so they are measured
+ * side by side under the same machine load. Token ids are drawn from a
+ * fixed seed, so every run feeds the same input. One warm-up run of each
+ * test comes first (page faults on the mapped weights, caches); then REPS
+ * timed runs, reported as mean ± standard deviation. */
 #include "cli.h"
 
 #include "base/clock.h"
@@ -25,9 +32,14 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: strata bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [-b BATCH]\n\n"
+    fprintf(f, "usage: strata bench -m MODEL [-p N] [-n N] [-d D,...] [-ctk T,...] [-ctv T,...]\n"
+               "                    [--kv-type T,...] [-t THREADS] [-r REPS] [-b BATCH]\n\n"
                "  -p N        prompt tokens of the pp test (default 512; 0 skips it)\n"
                "  -n N        decoded tokens of the tg test (default 128; 0 skips it)\n"
+               "  -d D,...    tokens already in the cache before each test (default 0)\n"
+               "  -ctk T,...  KV key row types, f16 or q8_0 (default f16)\n"
+               "  -ctv T,...  KV value row types (default f16); every -ctk x -ctv pair runs\n"
+               "  --kv-type T,...  keys and values of the same type, one run per type\n"
                "  -t N        threads (default: the CPUs)\n"
                "  -r N        timed repetitions (default 5)\n"
                "  -b N        tokens per forward chunk (default %d)\n"
@@ -44,38 +56,109 @@ typedef struct bench_run {
     float *logits;
 } bench_run;
 
-/* Evaluates tokens[0..n) as one prompt from an empty sequence 0, asking for
- * the last logits only. Returns elapsed seconds, or -1 on error. */
-static double run_pp(bench_run *r, int64_t n, strata_err *err)
+/* Makes sequence 0 hold exactly the first `depth` tokens: evaluated once
+ * (untimed) when the sequence is shorter, else rewound to depth. */
+static int set_depth(bench_run *r, int64_t depth, strata_err *err)
 {
     kv_cache *kv = model_ctx_kv(r->ctx);
-    if (kv_seq_active(kv, 0)) kv_seq_remove(kv, 0);
-    if (kv_seq_add(kv, 0, err) != 0) return -1;
-    for (int64_t i = 0; i < n; i++) {
+    if (!kv_seq_active(kv, 0) && kv_seq_add(kv, 0, err) != 0) return -1;
+    int64_t have = kv_seq_len(kv, 0);
+    if (have >= depth) {
+        kv_seq_truncate(kv, 0, depth);
+        return 0;
+    }
+    for (int64_t i = have; i < depth; i++) {
         r->seq_ids[i] = 0;
         r->pos[i] = (int32_t)i;
-        r->want[i] = i == n - 1;
+        r->want[i] = 0;
     }
-    model_batch b = {.n_tokens = n, .tokens = r->tokens, .seq_ids = r->seq_ids, .pos = r->pos,
-                     .want_logits = r->want};
+    model_batch b = {.n_tokens = depth - have, .tokens = r->tokens + have,
+                     .seq_ids = r->seq_ids + have, .pos = r->pos + have,
+                     .want_logits = r->want + have};
+    return model_forward(r->ctx, &b, NULL, err) != 0 ? -1 : 0;
+}
+
+/* Evaluates tokens[depth..depth+n) as one prompt after `depth` tokens of
+ * sequence 0, asking for the last logits only. Returns elapsed seconds, or
+ * -1 on error. */
+static double run_pp(bench_run *r, int64_t depth, int64_t n, strata_err *err)
+{
+    if (set_depth(r, depth, err) != 0) return -1;
+    for (int64_t i = depth; i < depth + n; i++) {
+        r->seq_ids[i] = 0;
+        r->pos[i] = (int32_t)i;
+        r->want[i] = i == depth + n - 1;
+    }
+    model_batch b = {.n_tokens = n, .tokens = r->tokens + depth, .seq_ids = r->seq_ids + depth,
+                     .pos = r->pos + depth, .want_logits = r->want + depth};
     double t0 = strata_clock_ms();
     if (model_forward(r->ctx, &b, r->logits, err) != 0) return -1;
     return (strata_clock_ms() - t0) / 1000.0;
 }
 
-/* Decodes n tokens one at a time from an empty sequence 0. */
-static double run_tg(bench_run *r, int64_t n, strata_err *err)
+/* Decodes n tokens one at a time after `depth` tokens of sequence 0. */
+static double run_tg(bench_run *r, int64_t depth, int64_t n, strata_err *err)
 {
-    kv_cache *kv = model_ctx_kv(r->ctx);
-    if (kv_seq_active(kv, 0)) kv_seq_remove(kv, 0);
-    if (kv_seq_add(kv, 0, err) != 0) return -1;
+    if (set_depth(r, depth, err) != 0) return -1;
     double t0 = strata_clock_ms();
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = depth; i < depth + n; i++) {
         int32_t seq = 0, pos = (int32_t)i;
         model_batch b = {.n_tokens = 1, .tokens = &r->tokens[i], .seq_ids = &seq, .pos = &pos};
         if (model_forward(r->ctx, &b, r->logits, err) != 0) return -1;
     }
     return (strata_clock_ms() - t0) / 1000.0;
+}
+
+#define BENCH_MAX_LIST 8
+
+/* A comma-separated list of counts in [lo, hi], at most BENCH_MAX_LIST. */
+static int parse_count_list(const char *opt, const char *v, int64_t lo, int64_t hi,
+                            int64_t *out, int *n_out)
+{
+    int n = 0;
+    const char *p = v;
+    for (;;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0') || x < lo || x > hi || n == BENCH_MAX_LIST) {
+            fprintf(stderr, "strata bench: %s wants up to %d numbers from %" PRId64 " to %" PRId64
+                    ", separated by commas, not '%s'\n", opt, BENCH_MAX_LIST, lo, hi, v);
+            return -1;
+        }
+        out[n++] = x;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+/* A comma-separated list of KV row type names (kv_type_parse). */
+static int parse_type_list(const char *opt, const char *v, uint32_t *out, int *n_out)
+{
+    int n = 0;
+    char buf[128];
+    if (strlen(v) >= sizeof(buf)) {
+        fprintf(stderr, "strata bench: %s: list too long\n", opt);
+        return -1;
+    }
+    strcpy(buf, v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        strata_err err;
+        if (n == BENCH_MAX_LIST || kv_type_parse(t, &out[n], &err) != 0) {
+            fprintf(stderr, "strata bench: %s: %s\n", opt,
+                    n == BENCH_MAX_LIST ? "too many types" : err.msg);
+            return -1;
+        }
+        n++;
+    }
+    if (n == 0) {
+        fprintf(stderr, "strata bench: %s wants f16 or q8_0\n", opt);
+        return -1;
+    }
+    *n_out = n;
+    return 0;
 }
 
 static void mean_sd(const double *v, int n, double *mean, double *sd)
@@ -105,6 +188,11 @@ int cmd_bench(int argc, char **argv)
     const char *path = NULL;
     int64_t n_prompt = 512, n_gen = 128, n_threads = cli_default_threads(), reps = 5;
     int64_t n_batch = MODEL_DEFAULT_BATCH;
+    int64_t depths[BENCH_MAX_LIST] = {0};
+    int n_depths = 1;
+    uint32_t ctk[BENCH_MAX_LIST] = {STRATA_TYPE_F16}, ctv[BENCH_MAX_LIST] = {STRATA_TYPE_F16};
+    int n_ctk = 1, n_ctv = 1;
+    bool paired = false; /* --kv-type: K and V types go together */
     bool as_json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -131,6 +219,21 @@ int cmd_bench(int argc, char **argv)
             rc = parse_count(a, v, 1, 1000, &reps);
         } else if (strcmp(a, "-b") == 0) {
             rc = parse_count(a, v, 1, 1 << 16, &n_batch);
+        } else if (strcmp(a, "-d") == 0 || strcmp(a, "--n-depth") == 0) {
+            rc = parse_count_list(a, v, 0, 1 << 20, depths, &n_depths);
+        } else if (strcmp(a, "-ctk") == 0 || strcmp(a, "--cache-type-k") == 0) {
+            rc = parse_type_list(a, v, ctk, &n_ctk);
+            paired = false;
+        } else if (strcmp(a, "-ctv") == 0 || strcmp(a, "--cache-type-v") == 0) {
+            rc = parse_type_list(a, v, ctv, &n_ctv);
+            paired = false;
+        } else if (strcmp(a, "--kv-type") == 0) {
+            rc = parse_type_list(a, v, ctk, &n_ctk);
+            if (rc == 0) {
+                memcpy(ctv, ctk, sizeof(ctk));
+                n_ctv = n_ctk;
+                paired = true;
+            }
         } else {
             fprintf(stderr, "strata bench: unknown option '%s'\n", a);
             bench_usage(stderr);
@@ -150,21 +253,21 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "strata bench: %s\n", err.msg);
         return 1;
     }
-    int64_t n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    int64_t d_max = 0;
+    for (int i = 0; i < n_depths; i++) d_max = depths[i] > d_max ? depths[i] : d_max;
+    int64_t n_max = d_max + (n_prompt > n_gen ? n_prompt : n_gen);
     if (n_max == 0) n_max = 1;
     bench_run r = {0};
-    model_ctx_params cp = {.n_ctx = n_max, .n_seq_max = 1, .n_batch = n_batch,
-                           .n_threads = (int)n_threads};
-    int rc = model_ctx_init(&r.ctx, m, &cp, &err);
+    int rc = 0;
     r.tokens = malloc((size_t)n_max * sizeof(int32_t));
     r.seq_ids = malloc((size_t)n_max * sizeof(int32_t));
     r.pos = malloc((size_t)n_max * sizeof(int32_t));
     r.want = malloc((size_t)n_max);
     r.logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    if (rc == 0 && (!r.tokens || !r.seq_ids || !r.pos || !r.want || !r.logits)) {
+    double *secs = malloc((size_t)reps * sizeof(double));
+    double *tps = malloc((size_t)reps * sizeof(double));
+    if (!r.tokens || !r.seq_ids || !r.pos || !r.want || !r.logits || !secs || !tps) {
         rc = strata_err_set(&err, STRATA_ENOMEM, "out of memory");
-    }
-    if (rc != 0) {
         fprintf(stderr, "strata bench: %s\n", err.msg);
     } else {
         strata_rng rng;
@@ -189,47 +292,75 @@ int cmd_bench(int argc, char **argv)
         strata_cpu_describe(cpu, sizeof(cpu));
         if (!as_json) {
             printf("# %s\n# %s\n\n", path, cpu);
-            printf("| %-24s | %12s | %7s | %7s | %15s |\n", "model", "size", "threads", "test",
-                   "t/s");
-            printf("| %s | %s | %s | %s | %s |\n", "------------------------",
-                   "-----------:", "------:", "------:", "---------------:");
+            printf("| %-24s | %12s | %7s | %6s | %6s | %14s | %15s |\n", "model", "size",
+                   "threads", "type_k", "type_v", "test", "t/s");
+            printf("| %s | %s | %s | %s | %s | %s | %s |\n", "------------------------",
+                   "-----------:", "------:", "-----:", "-----:", "-------------:",
+                   "---------------:");
         }
-        double *secs = malloc((size_t)reps * sizeof(double));
-        double *tps = malloc((size_t)reps * sizeof(double));
-        for (int test = 0; test < 2 && rc == 0 && secs && tps; test++) {
-            int64_t n = test == 0 ? n_prompt : n_gen;
-            if (n == 0) continue;
-            double w = test == 0 ? run_pp(&r, n < 32 ? n : 32, &err) : run_tg(&r, 4, &err);
-            for (int k = 0; k < reps && w >= 0; k++) {
-                secs[k] = test == 0 ? run_pp(&r, n, &err) : run_tg(&r, n, &err);
-                if (secs[k] < 0) w = -1;
-                else tps[k] = (double)n / secs[k];
-            }
-            if (w < 0) {
+        /* every K x V pair, or the pairs of --kv-type */
+        const int n_combo = paired ? n_ctk : n_ctk * n_ctv;
+        for (int c = 0; c < n_combo && rc == 0; c++) {
+            const uint32_t kt = ctk[paired ? c : c / n_ctv], vt = ctv[paired ? c : c % n_ctv];
+            model_ctx_params cp = {.n_ctx = n_max, .n_seq_max = 1, .n_batch = n_batch,
+                                   .n_threads = (int)n_threads, .k_type = kt, .v_type = vt};
+            if (model_ctx_init(&r.ctx, m, &cp, &err) != 0) {
                 fprintf(stderr, "strata bench: %s\n", err.msg);
                 rc = 1;
                 break;
             }
-            double mean, sd;
-            mean_sd(tps, (int)reps, &mean, &sd);
-            char test_name[32];
-            snprintf(test_name, sizeof(test_name), "%s%" PRId64, test == 0 ? "pp" : "tg", n);
-            if (as_json) {
-                printf("{\"model\": \"%s\", \"size_bytes\": %" PRIu64 ", \"threads\": %" PRId64
-                       ", \"test\": \"%s\", \"n_tokens\": %" PRId64 ", \"reps\": %" PRId64
-                       ", \"tokens_per_second\": %.3f, \"stddev\": %.3f}\n",
-                       path, s.tensor_bytes, n_threads, test_name, n, reps, mean, sd);
-            } else {
-                char rate[48];
-                snprintf(rate, sizeof(rate), "%.2f ± %.2f", mean, sd);
-                printf("| %-24s | %12s | %7" PRId64 " | %7s | %16s |\n", model_desc,
-                       size_desc, n_threads, test_name, rate);
+            for (int id = 0; id < n_depths && rc == 0; id++) {
+                const int64_t depth = depths[id];
+                for (int test = 0; test < 2 && rc == 0; test++) {
+                    int64_t n = test == 0 ? n_prompt : n_gen;
+                    if (n == 0) continue;
+                    double w = test == 0 ? run_pp(&r, depth, n < 32 ? n : 32, &err)
+                                         : run_tg(&r, depth, 4, &err);
+                    for (int k = 0; k < reps && w >= 0; k++) {
+                        secs[k] = test == 0 ? run_pp(&r, depth, n, &err)
+                                            : run_tg(&r, depth, n, &err);
+                        if (secs[k] < 0) w = -1;
+                        else tps[k] = (double)n / secs[k];
+                    }
+                    if (w < 0) {
+                        fprintf(stderr, "strata bench: %s\n", err.msg);
+                        rc = 1;
+                        break;
+                    }
+                    double mean, sd;
+                    mean_sd(tps, (int)reps, &mean, &sd);
+                    char test_name[48];
+                    int len = snprintf(test_name, sizeof(test_name), "%s%" PRId64,
+                                       test == 0 ? "pp" : "tg", n);
+                    if (depth > 0) {
+                        snprintf(test_name + len, sizeof(test_name) - (size_t)len,
+                                 " @ d%" PRId64, depth);
+                    }
+                    const char *tk = kt == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
+                    const char *tv = vt == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
+                    if (as_json) {
+                        printf("{\"model\": \"%s\", \"size_bytes\": %" PRIu64
+                               ", \"threads\": %" PRId64 ", \"type_k\": \"%s\", "
+                               "\"type_v\": \"%s\", \"test\": \"%s\", \"n_tokens\": %" PRId64
+                               ", \"n_depth\": %" PRId64 ", \"reps\": %" PRId64
+                               ", \"tokens_per_second\": %.3f, \"stddev\": %.3f}\n",
+                               path, s.tensor_bytes, n_threads, tk, tv, test_name, n, depth,
+                               reps, mean, sd);
+                    } else {
+                        char rate[48];
+                        snprintf(rate, sizeof(rate), "%.2f ± %.2f", mean, sd);
+                        printf("| %-24s | %12s | %7" PRId64 " | %6s | %6s | %14s | %16s |\n",
+                               model_desc, size_desc, n_threads, tk, tv, test_name, rate);
+                    }
+                    fflush(stdout);
+                }
             }
-            fflush(stdout);
+            model_ctx_free(r.ctx);
+            r.ctx = NULL;
         }
-        free(secs);
-        free(tps);
     }
+    free(secs);
+    free(tps);
     model_ctx_free(r.ctx);
     model_close(m);
     free(r.tokens);
