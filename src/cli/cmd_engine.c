@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -36,6 +37,8 @@ static void engine_usage(FILE *f)
             "                      model's training context if smaller); the KV cache holds\n"
             "                      K x N positions\n"
             "  -t, --threads N     threads of the forward pass (default: the CPUs)\n"
+            "  --kv-type T         KV cache rows: f16 (default) or q8_0 (about half the\n"
+            "                      memory; needs a head size that is a multiple of 32)\n"
             "  --batch B           token budget of one step: all decoding sequences plus\n"
             "                      prompt chunks (default %d)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
@@ -62,6 +65,7 @@ int cmd_engine(int argc, char **argv)
     const char *path = NULL;
     long long slots = ENGINE_DEFAULT_SLOTS, n_ctx = 0, threads = cli_default_threads();
     long long batch = ENGINE_DEFAULT_BATCH;
+    uint32_t kv_type = 0; /* F16 */
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -80,6 +84,10 @@ int cmd_engine(int argc, char **argv)
             rc = parse_int(a, v, 1, 1 << 24, &n_ctx);
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             rc = parse_int(a, v, 1, 512, &threads);
+        } else if (strcmp(a, "--kv-type") == 0) {
+            strata_err kerr;
+            rc = kv_type_parse(v, &kv_type, &kerr);
+            if (rc != 0) fprintf(stderr, "strata engine: --kv-type: %s\n", kerr.msg);
         } else if (strcmp(a, "--batch") == 0) {
             rc = parse_int(a, v, 1, 1 << 20, &batch);
         } else {
@@ -112,7 +120,7 @@ int cmd_engine(int argc, char **argv)
     int rc = model_open(&m, path, &err);
     if (rc == 0) {
         engine_params p = {.n_slots = (int)slots, .n_ctx = n_ctx, .n_batch = batch,
-                           .n_threads = (int)threads, .hang_at_step = hang_at};
+                           .n_threads = (int)threads, .kv_type = kv_type, .hang_at_step = hang_at};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {

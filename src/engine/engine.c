@@ -169,7 +169,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     /* Every slot can hold a full context: whole blocks per slot. */
     int64_t per_slot = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS;
     model_ctx_params cp = {.n_ctx = per_slot * n_slots, .n_seq_max = n_slots,
-                           .n_batch = n_batch, .n_threads = p->n_threads};
+                           .n_batch = n_batch, .n_threads = p->n_threads,
+                           .k_type = p->kv_type, .v_type = p->kv_type};
     int rc = model_ctx_init(&e->ctx, m, &cp, err);
     if (rc != 0) {
         pthread_mutex_destroy(&e->progress_lock);
@@ -177,6 +178,9 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
         return rc;
     }
     e->kv = model_ctx_kv(e->ctx);
+    /* ready's kv.type: the type the rows really have */
+    snprintf(e->kv_type, sizeof(e->kv_type), "%s",
+             e->kv->k_type == STRATA_TYPE_Q8_0 ? "q8_0" : "f16");
     e->kv_bytes = (int64_t)e->kv->n_blocks * e->kv->n_layer *
                   (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
     size_t nb = (size_t)n_batch;

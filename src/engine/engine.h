@@ -69,6 +69,7 @@ typedef struct engine_params {
                           or the model's training context when smaller */
     int64_t n_batch;   /* B, tokens of one step; 0: ENGINE_DEFAULT_BATCH; raised to K */
     int n_threads;     /* of the forward pass; 0: 1 */
+    uint32_t kv_type;  /* KV cache rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0; 0: F16 */
     int64_t hang_at_step; /* TEST ONLY (STRATA_TEST_HANG_AT_STEP, protocol.h): >= 1
                              blocks the scheduler forever at the start of that
                              step; 0: never */
