@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "gguf/gguf.h"
+#include "model/kv_cache.h"
 #include "serve/pool.h"
 #include "serve/server.h"
 #include "text/chat_template.h"
@@ -37,6 +38,7 @@ static void serve_usage(FILE *f)
             "  --replicas N           engine processes (default 1)\n"
             "  --slots K              requests each engine runs at once (default 4)\n"
             "  --ctx C                context per request (default: the engine's)\n"
+            "  --kv-type T            KV cache rows of the engines: f16 (default) or q8_0\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
             "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
             "  --api-key-file F       the key from the first line of F\n"
@@ -108,6 +110,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
     const char *tmpl_file = NULL, *port_file = NULL, *engine_path = NULL;
+    const char *kv_type = NULL; /* passed to the engines as --kv-type */
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
@@ -140,6 +143,16 @@ int cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--drain-timeout") == 0) bad = parse_int(v, 0, INT_MAX, &drain_ms);
         else if (strcmp(a, "--port-file") == 0) port_file = v;
         else if (strcmp(a, "--engine") == 0) engine_path = v;
+        else if (strcmp(a, "--kv-type") == 0) {
+            uint32_t t;
+            strata_err kerr;
+            bad = kv_type_parse(v, &t, &kerr);
+            if (bad != 0) {
+                fprintf(stderr, "strata serve: --kv-type: %s\n", kerr.msg);
+                return 2;
+            }
+            kv_type = v;
+        }
         else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
         else if (strcmp(a, "--wedge-floor-ms") == 0) bad = parse_int(v, 0, INT_MAX, &wedge_floor);
         else if (strcmp(a, "--wedge-per-token-ms") == 0) bad = parse_ms(v, &wedge_per_token);
@@ -234,6 +247,10 @@ int cmd_serve(int argc, char **argv)
     if (ctx > 0) {
         args[na++] = "--ctx";
         args[na++] = s_ctx;
+    }
+    if (kv_type != NULL) {
+        args[na++] = "--kv-type";
+        args[na++] = kv_type;
     }
     args[na] = NULL;
 
