@@ -20,13 +20,15 @@
 static void eval_usage(FILE *f)
 {
     fprintf(f, "usage: strata eval -m MODEL --tokens \"ID ID ...\" --logits-out FILE [-t N] "
-               "[--ctx N] [--batch N]\n\n"
+               "[--ctx N] [--batch N] [--kv-type T] [-ctk T] [-ctv T]\n\n"
                "  -m, --model FILE     the GGUF model\n"
                "  --tokens \"IDS\"       token ids, separated by spaces or commas\n"
                "  --logits-out FILE    where to write float32 LE logits, [n_tokens][n_vocab]\n"
                "  -t, --threads N      threads (default: the CPUs)\n"
                "  --ctx N              KV cache positions (default: the number of tokens)\n"
-               "  --batch N            tokens per forward chunk (default %d)\n",
+               "  --batch N            tokens per forward chunk (default %d)\n"
+               "  --kv-type T          KV cache rows, keys and values: f16 (default) or q8_0\n"
+               "  -ctk T, -ctv T       the key / value row type alone\n",
             MODEL_DEFAULT_BATCH);
 }
 
@@ -99,6 +101,7 @@ int cmd_eval(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
     int64_t n_threads = cli_default_threads(), n_ctx = 0, n_batch = MODEL_DEFAULT_BATCH;
+    uint32_t k_type = 0, v_type = 0; /* F16 */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -120,6 +123,19 @@ int cmd_eval(int argc, char **argv)
             if (parse_count(a, argv[++i], INT32_MAX / 2, &n_ctx) != 0) return 2;
         } else if (strcmp(a, "--batch") == 0 || strcmp(a, "-b") == 0) {
             if (parse_count(a, argv[++i], 1 << 20, &n_batch) != 0) return 2;
+        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "-ctk") == 0 ||
+                   strcmp(a, "--cache-type-k") == 0 || strcmp(a, "-ctv") == 0 ||
+                   strcmp(a, "--cache-type-v") == 0) {
+            /* --kv-type sets keys and values; -ctk / -ctv one of them */
+            uint32_t t;
+            strata_err kerr;
+            if (kv_type_parse(v, &t, &kerr) != 0) {
+                fprintf(stderr, "strata eval: %s: %s\n", a, kerr.msg);
+                return 2;
+            }
+            if (strcmp(a, "-ctv") != 0 && strcmp(a, "--cache-type-v") != 0) k_type = t;
+            if (strcmp(a, "-ctk") != 0 && strcmp(a, "--cache-type-k") != 0) v_type = t;
+            i++;
         } else {
             fprintf(stderr, "strata eval: unknown option '%s'\n", a);
             eval_usage(stderr);
@@ -162,7 +178,7 @@ int cmd_eval(int argc, char **argv)
         goto done;
     }
     model_ctx_params cp = {.n_ctx = n_ctx, .n_seq_max = 1, .n_batch = n_batch,
-                           .n_threads = (int)n_threads};
+                           .n_threads = (int)n_threads, .k_type = k_type, .v_type = v_type};
     if (model_ctx_init(&ctx, m, &cp, &err) != 0 || kv_seq_add(model_ctx_kv(ctx), 0, &err) != 0) {
         fprintf(stderr, "strata eval: %s\n", err.msg);
         goto done;

@@ -40,7 +40,7 @@ static void run_usage(FILE *f)
     fprintf(f,
             "usage: strata run -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-            "                  [--ctx N] [--chat]\n\n"
+            "                  [--ctx N] [--kv-type T] [-ctk T] [-ctv T] [--chat]\n\n"
             "  -p, --prompt TEXT   the prompt (default: empty, just BOS where the model adds it)\n"
             "  -n N                tokens to generate at most (default 256; -1: until the end\n"
             "                      of generation or a full context)\n"
@@ -52,6 +52,8 @@ static void run_usage(FILE *f)
             "  --seed S            seed of the draws (default: random, printed to stderr)\n"
             "  -t, --threads N     threads (default: the CPUs)\n"
             "  --ctx N             context size (default: 4096, or the model's if smaller)\n"
+            "  --kv-type T         KV cache rows, keys and values: f16 (default) or q8_0\n"
+            "  -ctk T, -ctv T      the key / value row type alone\n"
             "  --chat              chat on stdin/stdout with the model's chat template\n");
 }
 
@@ -297,6 +299,7 @@ int cmd_run(int argc, char **argv)
     const char *path = NULL, *prompt = "";
     double n_gen = 256, threads = cli_default_threads(), n_ctx = 0, seed = -1;
     bool chat = false;
+    uint32_t k_type = 0, v_type = 0; /* F16 */
     sample_params sp = sample_params_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -339,6 +342,18 @@ int cmd_run(int argc, char **argv)
             rc = parse_num(a, v, 1, 512, &threads);
         } else if (strcmp(a, "--ctx") == 0) {
             rc = parse_num(a, v, 1, 1 << 24, &n_ctx);
+        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "-ctk") == 0 ||
+                   strcmp(a, "--cache-type-k") == 0 || strcmp(a, "-ctv") == 0 ||
+                   strcmp(a, "--cache-type-v") == 0) {
+            /* --kv-type sets keys and values; -ctk / -ctv one of them */
+            uint32_t t;
+            strata_err kerr;
+            if (kv_type_parse(v, &t, &kerr) != 0) {
+                fprintf(stderr, "strata run: %s: %s\n", a, kerr.msg);
+                return 2;
+            }
+            if (strcmp(a, "-ctv") != 0 && strcmp(a, "--cache-type-v") != 0) k_type = t;
+            if (strcmp(a, "-ctk") != 0 && strcmp(a, "--cache-type-k") != 0) v_type = t;
         } else {
             fprintf(stderr, "strata run: unknown option '%s'\n", a);
             run_usage(stderr);
@@ -367,7 +382,8 @@ int cmd_run(int argc, char **argv)
         if (n_ctx <= 0 && r.m->hp.n_ctx_train > 0 && r.m->hp.n_ctx_train < r.n_ctx) {
             r.n_ctx = r.m->hp.n_ctx_train;
         }
-        model_ctx_params cp = {.n_ctx = r.n_ctx, .n_seq_max = 1, .n_threads = (int)threads};
+        model_ctx_params cp = {.n_ctx = r.n_ctx, .n_seq_max = 1, .n_threads = (int)threads,
+                               .k_type = k_type, .v_type = v_type};
         rc = model_ctx_init(&r.ctx, r.m, &cp, &err);
     }
     if (rc == 0) rc = kv_seq_add(model_ctx_kv(r.ctx), 0, &err);
