@@ -25,6 +25,7 @@
 #include "engine/engine_loop.h"
 
 #include "base/log.h"
+#include "engine/idset.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,77 +54,6 @@ typedef struct inbox_item {
     char *message;            /* ITEM_BAD, malloc'd */
     struct inbox_item *next;
 } inbox_item;
-
-/* A set of ids (>= 0): open addressing with linear probing; -1 is empty. */
-typedef struct idset {
-    int64_t *v;
-    size_t cap, n;            /* cap a power of two, or 0 */
-} idset;
-
-static size_t idset_home(const idset *s, int64_t id)
-{
-    uint64_t h = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
-    return (size_t)(h >> 32) & (s->cap - 1);
-}
-
-static bool idset_has(const idset *s, int64_t id)
-{
-    if (s->cap == 0) return false;
-    for (size_t i = idset_home(s, id);; i = (i + 1) & (s->cap - 1)) {
-        if (s->v[i] == id) return true;
-        if (s->v[i] < 0) return false;
-    }
-}
-
-/* 0, or -1 when out of memory (the set is unchanged). */
-static int idset_add(idset *s, int64_t id)
-{
-    if (idset_has(s, id)) return 0;
-    if ((s->n + 1) * 2 > s->cap) { /* at most half full: probes stay short */
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        int64_t *v = malloc(cap * sizeof(*v));
-        if (v == NULL) return -1;
-        for (size_t i = 0; i < cap; i++) v[i] = -1;
-        idset old = *s;
-        s->v = v;
-        s->cap = cap;
-        for (size_t i = 0; i < old.cap; i++) {
-            if (old.v[i] < 0) continue;
-            size_t j = idset_home(s, old.v[i]);
-            while (s->v[j] >= 0) j = (j + 1) & (cap - 1);
-            s->v[j] = old.v[i];
-        }
-        free(old.v);
-    }
-    size_t j = idset_home(s, id);
-    while (s->v[j] >= 0) j = (j + 1) & (s->cap - 1);
-    s->v[j] = id;
-    s->n++;
-    return 0;
-}
-
-/* Removes id (if present) and shifts later members of its probe run back,
- * so that no lookup stops early at the hole. */
-static void idset_del(idset *s, int64_t id)
-{
-    if (s->cap == 0) return;
-    size_t mask = s->cap - 1, i = idset_home(s, id);
-    while (s->v[i] != id) {
-        if (s->v[i] < 0) return;
-        i = (i + 1) & mask;
-    }
-    s->v[i] = -1;
-    s->n--;
-    for (size_t j = (i + 1) & mask; s->v[j] >= 0; j = (j + 1) & mask) {
-        size_t home = idset_home(s, s->v[j]);
-        /* v[j] may move to the hole at i when its home is not in (i, j] */
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays) continue;
-        s->v[i] = s->v[j];
-        s->v[j] = -1;
-        i = j;
-    }
-}
 
 typedef struct loop {
     engine *e;
@@ -341,8 +271,7 @@ static void forget_ended_locked(loop *l)
     if (l->n_ended == 0 && !l->ended_oom) return;
     pthread_mutex_lock(&l->live_lock);
     if (l->ended_oom) {
-        free(l->live.v);
-        l->live = (idset){0};
+        idset_free(&l->live);
     } else {
         for (size_t i = 0; i < l->n_ended; i++) idset_del(&l->live, l->ended[i]);
     }
@@ -563,7 +492,7 @@ int engine_serve(engine *e, int in_fd, int out_fd, size_t max_line, strata_err *
     pthread_cond_destroy(&l.out_space);
     engine_set_end_hook(e, NULL, NULL);
     pthread_mutex_destroy(&l.live_lock);
-    free(l.live.v);
+    idset_free(&l.live);
     free(l.ended);
     return rc;
 }
