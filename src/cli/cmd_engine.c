@@ -1,4 +1,5 @@
-/* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]`:
+/* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]
+ * [--prefix-cache-mib M] [--prefix-min-tokens T]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -28,7 +29,8 @@
 static void engine_usage(FILE *f)
 {
     fprintf(f,
-            "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n\n"
+            "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n"
+            "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
             "  -m, --model PATH    the GGUF model\n"
@@ -40,7 +42,13 @@ static void engine_usage(FILE *f)
             "  --kv-type T         KV cache rows: f16 (default) or q8_0 (about half the\n"
             "                      memory; needs a head size that is a multiple of 32)\n"
             "  --batch B           token budget of one step: all decoding sequences plus\n"
-            "                      prompt chunks (default %d)\n\n"
+            "                      prompt chunks (default %d)\n"
+            "  --prefix-cache-mib M  the prefix cache's budget: MiB of KV blocks that may stay\n"
+            "                      cached after their requests end (default: the whole pool;\n"
+            "                      0 turns the prefix cache off). Prompts that start alike\n"
+            "                      share their cached blocks and compute only the rest\n"
+            "  --prefix-min-tokens T  the fewest prompt tokens worth taking from the cache\n"
+            "                      (default: one block, 32)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
             ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_BATCH);
@@ -66,6 +74,7 @@ int cmd_engine(int argc, char **argv)
     long long slots = ENGINE_DEFAULT_SLOTS, n_ctx = 0, threads = cli_default_threads();
     long long batch = ENGINE_DEFAULT_BATCH;
     uint32_t kv_type = 0; /* F16 */
+    long long cache_mib = -1, min_tokens = 0; /* -1: the whole pool */
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -90,6 +99,10 @@ int cmd_engine(int argc, char **argv)
             if (rc != 0) fprintf(stderr, "strata engine: --kv-type: %s\n", kerr.msg);
         } else if (strcmp(a, "--batch") == 0) {
             rc = parse_int(a, v, 1, 1 << 20, &batch);
+        } else if (strcmp(a, "--prefix-cache-mib") == 0) {
+            rc = parse_int(a, v, 0, 1LL << 30, &cache_mib);
+        } else if (strcmp(a, "--prefix-min-tokens") == 0) {
+            rc = parse_int(a, v, 0, 1 << 30, &min_tokens);
         } else {
             fprintf(stderr, "strata engine: unknown option '%s'\n", a);
             engine_usage(stderr);
@@ -120,17 +133,23 @@ int cmd_engine(int argc, char **argv)
     int rc = model_open(&m, path, &err);
     if (rc == 0) {
         engine_params p = {.n_slots = (int)slots, .n_ctx = n_ctx, .n_batch = batch,
-                           .n_threads = (int)threads, .kv_type = kv_type, .hang_at_step = hang_at};
+                           .n_threads = (int)threads, .kv_type = kv_type, .hang_at_step = hang_at,
+                           .no_prefix_cache = cache_mib == 0,
+                           .prefix_cache_bytes = cache_mib > 0 ? (int64_t)cache_mib << 20 : 0,
+                           .prefix_min_tokens = min_tokens};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {
         proto_msg ready;
         engine_ready(e, &ready);
         LOG_INFO("engine: %s (%s, %" PRId64 " layers, vocab %" PRId64 "): %lld slots of %" PRId64
-                 " tokens, batch %" PRId64 ", %lld threads, KV %.1f MiB",
+                 " tokens, batch %" PRId64 ", %lld threads, KV %.1f MiB, prefix cache %s"
+                 " (%.1f MiB)",
                  path, ready.u.ready.arch, ready.u.ready.n_layer, ready.u.ready.n_vocab, slots,
                  ready.u.ready.n_ctx, ready.u.ready.n_batch, threads,
-                 (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0));
+                 (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0),
+                 ready.u.ready.kv_prefix_cache ? "on" : "off",
+                 (double)ready.u.ready.kv_cache_bytes / (1024.0 * 1024.0));
         rc = engine_serve(e, STDIN_FILENO, STDOUT_FILENO, 0, &err);
     }
     if (rc != 0) fprintf(stderr, "strata engine: %s\n", err.msg);

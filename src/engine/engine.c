@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "model/forward.h"
+#include "model/kv_prefix.h"
 #include "sample/sampler.h"
 #include "text/vocab.h"
 
@@ -41,7 +42,9 @@ typedef struct engine_req {
     bool cancelled;
     int slot;                 /* the KV sequence; -1 while queued */
     int64_t order;            /* admission number: prefill goes oldest first */
-    int64_t n_done;           /* prompt tokens in the KV */
+    bool use_cache;           /* the prefix cache is on and the request did not opt out */
+    int64_t n_cached;         /* prompt tokens taken from the prefix cache */
+    int64_t n_done;           /* prompt tokens in the KV (the cached ones too) */
     int64_t n_gen;            /* tokens sent */
     int32_t next_tok;         /* REQ_DECODE: sampled and sent, not yet in the KV */
     sampler *smp;             /* gen, from admission */
@@ -79,6 +82,11 @@ struct engine {
     float *vec;               /* (n_embd) an embedding being sent */
     float *logits;            /* (n_slots, n_vocab) */
     float *embd;              /* (n_batch, n_embd) */
+    int32_t *hist;            /* (n_slots, n_ctx) each slot's tokens by position: its prompt,
+                                 then what it generated (what the prefix cache publishes) */
+    bool prefix_on;           /* engine.h "Prefix cache" */
+    int64_t prefix_min_tokens;
+    int64_t cache_blocks;     /* the budget of idle cached blocks */
     char kv_type[8];
     char arch[32];
     int64_t kv_bytes;         /* the pool's, for `ready` and `pong` */
@@ -94,6 +102,8 @@ struct engine {
     double pg_cost[PROTO_PONG_COST_STEPS]; /* ms per token of recent steps, a ring */
     int pg_n_cost, pg_i_cost;
     int64_t pg_kv_used;       /* blocks held, at the end of the last step */
+    int64_t pg_kv_cached;     /* blocks listed in the prefix cache, then */
+    int64_t pg_lookup_tokens, pg_hit_tokens; /* the prefix cache's, then */
 };
 
 /* ---- set-up ---- */
@@ -181,8 +191,24 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     /* ready's kv.type: the type the rows really have */
     snprintf(e->kv_type, sizeof(e->kv_type), "%s",
              e->kv->k_type == STRATA_TYPE_Q8_0 ? "q8_0" : "f16");
-    e->kv_bytes = (int64_t)e->kv->n_blocks * e->kv->n_layer *
-                  (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
+    const int64_t block_bytes = e->kv->n_layer *
+                                (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
+    e->kv_bytes = (int64_t)e->kv->n_blocks * block_bytes;
+    e->prefix_on = !p->no_prefix_cache;
+    e->prefix_min_tokens = p->prefix_min_tokens > e->kv->block_tokens ? p->prefix_min_tokens
+                                                                      : e->kv->block_tokens;
+    if (e->prefix_on) {
+        int64_t budget = p->prefix_cache_bytes > 0 ? p->prefix_cache_bytes / block_bytes
+                                                   : e->kv->n_blocks;
+        e->cache_blocks = budget < e->kv->n_blocks ? budget : e->kv->n_blocks;
+        rc = kv_prefix_enable(e->kv, (int32_t)e->cache_blocks, err);
+        if (rc != 0) {
+            model_ctx_free(e->ctx);
+            pthread_mutex_destroy(&e->progress_lock);
+            free(e);
+            return rc;
+        }
+    }
     size_t nb = (size_t)n_batch;
     e->is_eog = calloc((size_t)e->n_vocab, 1);
     e->slots = calloc((size_t)n_slots, sizeof(engine_req *));
@@ -196,7 +222,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->vec = malloc((size_t)e->n_embd * sizeof(float));
     e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
     e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
-    if (!e->is_eog || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
+    e->hist = malloc((size_t)n_slots * (size_t)n_ctx * sizeof(int32_t));
+    if (!e->hist || !e->is_eog || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
         !e->b_want_embd || !e->b_reqs || !e->b_prefill || !e->vec || !e->logits || !e->embd) {
         engine_free(e);
         return strata_err_set(err, STRATA_ENOMEM, "engine: out of memory for its buffers");
@@ -238,6 +265,7 @@ void engine_free(engine *e)
     free(e->vec);
     free(e->logits);
     free(e->embd);
+    free(e->hist);
     pthread_mutex_destroy(&e->progress_lock);
     free(e);
 }
@@ -261,6 +289,12 @@ void engine_ready(const engine *e, proto_msg *out)
     r->kv_block_tokens = kv->block_tokens;
     r->kv_n_blocks = kv->n_blocks;
     r->kv_bytes = e->kv_bytes;
+    r->kv_prefix_cache = e->prefix_on;
+    if (e->prefix_on) {
+        r->kv_cache_blocks = e->cache_blocks;
+        r->kv_cache_bytes = e->cache_blocks * (e->kv_bytes / kv->n_blocks);
+        r->kv_cache_min_tokens = e->prefix_min_tokens;
+    }
 }
 
 void engine_get_progress(engine *e, proto_pong *out)
@@ -282,6 +316,10 @@ void engine_get_progress(engine *e, proto_pong *out)
         if (e->pg_cost[i] > out->ms_per_token) out->ms_per_token = e->pg_cost[i];
     }
     out->kv_used = e->pg_kv_used;
+    out->kv_cached = e->pg_kv_cached;
+    out->kv_lookup_tokens = e->pg_lookup_tokens;
+    out->kv_hit_tokens = e->pg_hit_tokens;
+    out->kv_preemptions = 0; /* never: every slot has room for a whole context */
     pthread_mutex_unlock(&e->progress_lock);
 }
 
@@ -364,7 +402,7 @@ static void finish(engine *e, engine_req *r, proto_finish f, proto_buf *out)
     m.u.done.finish = f;
     proto_stats *s = &m.u.done.stats;
     s->prompt_n = r->n_done;
-    s->cached_n = 0;
+    s->cached_n = r->n_cached;
     s->predicted_n = r->n_gen;
     if (r->t_prompt_start >= 0) {
         double end = r->t_prompt_end >= 0 ? r->t_prompt_end : now;
@@ -471,11 +509,13 @@ static void enqueue(engine *e, proto_msg *m)
         r->logprobs = -1;
         r->pooling = r->msg.u.embed.pooling != PROTO_POOLING_DEFAULT ? r->msg.u.embed.pooling
                                                                     : e->model_pooling;
+        r->use_cache = e->prefix_on && !r->msg.u.embed.no_cache;
     } else {
         r->prompt = r->msg.u.gen.tokens;
         r->n_prompt = (int64_t)r->msg.u.gen.n_tokens;
         r->max_tokens = r->msg.u.gen.max_tokens;
         r->logprobs = r->msg.u.gen.logprobs;
+        r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
     }
     r->state = REQ_QUEUED;
     r->slot = -1;
@@ -595,6 +635,18 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
     }
     int rc = kv_seq_add(e->kv, s, err);
     if (rc != 0) return rc;
+    /* check_request bounds the prompt by n_ctx */
+    memcpy(e->hist + (size_t)s * (size_t)e->n_ctx, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    /* Mean and cls pooling need hidden states the cache does not keep. */
+    if (r->use_cache && (!r->is_embed || r->pooling == PROTO_POOLING_LAST)) {
+        rc = kv_seq_reuse_prefix(e->kv, s, r->prompt, r->n_prompt, e->prefix_min_tokens,
+                                 &r->n_cached, err);
+        if (rc != 0) {
+            kv_seq_remove(e->kv, s);
+            return rc;
+        }
+        r->n_done = r->n_cached;
+    }
     r->slot = s;
     r->state = REQ_PREFILL;
     r->order = e->n_admitted++;
@@ -668,6 +720,8 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
         m.u.tok.logprobs = &lp;
     }
     emit(out, &m);
+    /* its position is n_prompt + n_gen < n_ctx (the request ends at n_ctx) */
+    e->hist[(size_t)r->slot * (size_t)e->n_ctx + (size_t)(r->n_prompt + r->n_gen)] = tok;
     r->n_gen++;
     if ((r->max_tokens >= 0 && r->n_gen >= r->max_tokens) || r->n_prompt + r->n_gen >= e->n_ctx) {
         finish(e, r, PROTO_FINISH_LENGTH, out);
@@ -850,6 +904,13 @@ static int64_t run_step(engine *e, proto_buf *out)
     }
     const double t_end = strata_clock_ms();
 
+    /* the blocks this step filled, for later requests (and ones that
+     * arrive while these still run) */
+    for (int i = 0; i < n_reqs; i++) {
+        engine_req *r = e->b_reqs[i];
+        if (r->use_cache) kv_prefix_publish(e->kv, r->slot, e->hist + (size_t)r->slot * (size_t)e->n_ctx);
+    }
+
     /* hidden states into their requests' sums, in batch order */
     for (int i = 0; i < n_reqs; i++) {
         engine_req *r = e->b_reqs[i];
@@ -891,7 +952,12 @@ void engine_step(engine *e, proto_buf *out)
 
     double ms = strata_clock_ms() - t0;
     int64_t kv_used = (int64_t)e->kv->n_blocks - kv_free_blocks(e->kv);
+    kv_prefix_stats ps;
+    kv_prefix_get_stats(e->kv, &ps);
     pthread_mutex_lock(&e->progress_lock);
+    e->pg_kv_cached = ps.blocks_cached;
+    e->pg_lookup_tokens = ps.lookup_tokens;
+    e->pg_hit_tokens = ps.hit_tokens;
     e->pg_running = false;
     e->pg_tokens = 0;
     e->pg_steps++;

@@ -38,10 +38,29 @@
  * generated tokens reach n_ctx. The sampler's penalties see the generated
  * tokens only (as `strata run`). stats.predicted_n counts the tokens sent.
  *
+ * Prefix cache (model/kv_prefix.h), on unless no_prefix_cache. A request
+ * admitted into a slot starts its sequence from the longest chain of
+ * cached full blocks of its prompt, by reference, and computes only the
+ * rest; when the whole prompt is cached its last token is still computed
+ * (for the logits), into a copy of the last block. After each step every
+ * request of the batch publishes the blocks it filled (prompt and
+ * generated tokens alike), so a request can reuse the prompt of one still
+ * running; a request that ends leaves them cached, idle, until the pool
+ * needs the room (least recently used first) or the budget is exceeded.
+ * Opt-outs: a gen/embed with `cache` false neither reuses nor publishes;
+ * an embed with mean or cls pooling needs every (or the first) prompt
+ * token's hidden state, which is not cached, so it does not reuse (but
+ * publishes). A reuse shorter than prefix_min_tokens is none. done's
+ * cached_n is the prompt tokens reused (prompt_n counts them too). The
+ * output does not change: keys and values are read back from the cache
+ * the same way whoever wrote them (batch invariance), the sampler's
+ * penalties look at generated tokens only, and nothing else depends on
+ * where a prompt's KV came from.
+ *
  * Progress. Each step publishes what `pong` reports (protocol.h): steps
  * completed, whether one runs, since when and over how many tokens, the
  * slowest ms per token of the last PROTO_PONG_COST_STEPS steps, and the KV
- * blocks in use. A step counts from the start of engine_step to its end,
+ * figures: blocks in use, cached, prefix-cache lookup and hit tokens. A step counts from the start of engine_step to its end,
  * whatever it did (cancellations only, or a failed forward pass, too).
  *
  * Threads: an engine is used by one thread (the scheduler), with one
@@ -70,6 +89,10 @@ typedef struct engine_params {
     int64_t n_batch;   /* B, tokens of one step; 0: ENGINE_DEFAULT_BATCH; raised to K */
     int n_threads;     /* of the forward pass; 0: 1 */
     uint32_t kv_type;  /* KV cache rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0; 0: F16 */
+    bool no_prefix_cache;       /* true: the prefix cache is off (engine.h "Prefix cache") */
+    int64_t prefix_cache_bytes; /* its budget: bytes of KV blocks that may stay cached with no
+                                   request holding them; 0: the whole pool */
+    int64_t prefix_min_tokens;  /* the fewest prompt tokens a reuse must cover; 0: one block */
     int64_t hang_at_step; /* TEST ONLY (STRATA_TEST_HANG_AT_STEP, protocol.h): >= 1
                              blocks the scheduler forever at the start of that
                              step; 0: never */

@@ -206,7 +206,14 @@ static void check_choices(const srv *s, const char *path, bool chat, const char 
     assert_int_equal(g.n_finish[n], 0);
     assert_non_null(g.usage);
     assert_int_equal(g.chunks_after_usage, 0);
-    assert_true(json_equal(g.usage, json_object_get(all, "usage")));
+    /* the same counts; prompt_tokens_details.cached_tokens may differ, as
+     * the engine's prefix cache holds this prompt by now */
+    const char *counts[] = {"prompt_tokens", "completion_tokens", "total_tokens"};
+    for (size_t k = 0; k < 3; k++) {
+        json_t *gv = json_object_get(g.usage, counts[k]);
+        assert_true(json_is_integer(gv));
+        assert_int_equal(json_integer_value(gv), usage_of(all, counts[k]));
+    }
     gathered_free(&g);
     json_decref(all);
 }
