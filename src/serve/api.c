@@ -115,7 +115,9 @@ void api_gen_move_to(api_gen *g, sreq *r)
             g->inputs[0].n = 0;
         }
         r->emb.pooling = PROTO_POOLING_DEFAULT;
+        r->emb.no_cache = g->no_cache;
     } else {
+        r->gen.no_cache = g->no_cache;
         r->gen.tokens = g->prompt;
         r->gen.n_tokens = g->n_prompt;
         r->gen.max_tokens = g->max_tokens;
@@ -143,8 +145,10 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
         if (r->emb.tokens == NULL) return STRATA_ENOMEM;
         r->emb.n_tokens = g->inputs[i].n;
         r->emb.pooling = PROTO_POOLING_DEFAULT;
+        r->emb.no_cache = g->no_cache;
         return 0;
     }
+    r->gen.no_cache = g->no_cache;
     r->gen.tokens = copy_ids(g->prompt, g->n_prompt);
     if (r->gen.tokens == NULL) return STRATA_ENOMEM;
     r->gen.n_tokens = g->n_prompt;
@@ -715,6 +719,11 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
     }
     if ((rc = check_unsupported(o, kind, e)) != 0) goto out;
+    /* llama-server's switch for its prompt cache: false opts this request
+     * out of the engine's prefix cache (the answer is the same either way) */
+    bool cache_prompt = true;
+    if ((rc = get_bool(o, "cache_prompt", &cache_prompt, e)) != 0) goto out;
+    g->no_cache = !cache_prompt;
     if (kind == API_EMBEDDING) {
         json_t *fmt = json_object_get(o, "encoding_format");
         if (fmt != NULL && !json_is_null(fmt)) {

@@ -81,6 +81,8 @@ typedef struct api_gen {
     proto_sampling sampling;        /* logit_bias malloc'd */
     int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
     bool base64;                    /* embeddings: `encoding_format` "base64" */
+    bool no_cache;                  /* llama-server's `cache_prompt: false`: the engine's
+                                       prefix cache is not used (protocol `cache` false) */
 } api_gen;
 
 /* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's
