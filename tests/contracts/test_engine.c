@@ -6,7 +6,9 @@
  * the engine keeps serving; `shutdown` and end of input finish what was
  * accepted and exit 0; and the terminal-message invariant (exactly one
  * `done`/`err` per id, nothing after it) under four client threads sending
- * 80 requests each with random stops.
+ * 80 requests each with random stops. And the prefix cache: ready's and
+ * pong's figures, a repeated prompt's cached_n and identical output, the
+ * `cache` opt-out and the option that turns it off.
  *
  * Timeouts here only guard against a hung engine; nothing is asserted
  * about how long anything takes. */
@@ -44,14 +46,17 @@ typedef struct eng {
     char model_path[4096];
 } eng;
 
-static void eng_start(eng *e, const char *slots, const char *ctx, const char *batch)
+/* Starts the engine with one more option and its value when opt is not
+ * NULL. */
+static void eng_start_opt(eng *e, const char *slots, const char *ctx, const char *batch,
+                          const char *opt, const char *val)
 {
     memset(e, 0, sizeof(*e));
     TESTDATA_FILE(e->model_path, MODEL);
     char err_path[4200];
     snprintf(err_path, sizeof(err_path), "%s/engine-stderr.txt", testdata_scratch_dir());
     const char *argv[] = {STRATA_BIN, "engine", "-m", e->model_path, "--slots", slots,
-                          "--ctx", ctx, "--batch", batch, "-t", "1", NULL};
+                          "--ctx", ctx, "--batch", batch, "-t", "1", opt, val, NULL};
     if (pipeproc_start(&e->p, argv, err_path) != 0) fail_msg("cannot start %s", STRATA_BIN);
     e->c = et_collect_new();
     pthread_mutex_init(&e->lock, NULL);
@@ -64,6 +69,11 @@ static void eng_start(eng *e, const char *slots, const char *ctx, const char *ba
     }
     assert_int_equal(e->ready.op, PROTO_OP_READY);
     free(line);
+}
+
+static void eng_start(eng *e, const char *slots, const char *ctx, const char *batch)
+{
+    eng_start_opt(e, slots, ctx, batch, NULL, NULL);
 }
 
 /* Reads one line into the collector. Returns false at end of output. */
@@ -418,6 +428,60 @@ static void test_pong_reports_progress(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
+/* The prefix cache over pipes: ready reports it (on by default, the whole
+ * pool as budget); the same seeded prompt again reuses its two full blocks
+ * (cached_n 64) and gives the same tokens and log-probabilities; `cache`
+ * false reuses nothing; the pong counts lookups and hits and the cached
+ * blocks; --prefix-cache-mib 0 turns it off. */
+static void test_prefix_cache_over_pipes(void **state)
+{
+    (void)state;
+    int32_t prompt[70];
+    for (int i = 0; i < 70; i++) prompt[i] = 1 + (i * 37) % 500;
+    const char *opts[][2] = {{NULL, NULL}, {"--prefix-cache-mib", "0"}};
+    for (int t = 0; t < 2; t++) {
+        eng e;
+        eng_start_opt(&e, "2", "256", "16", opts[t][0], opts[t][1]);
+        const proto_ready *r = &e.ready.u.ready;
+        assert_int_equal(r->kv_prefix_cache, t == 0);
+        assert_int_equal(r->kv_cache_blocks, t == 0 ? r->kv_n_blocks : 0);
+        assert_int_equal(r->kv_cache_bytes, t == 0 ? r->kv_bytes : 0);
+        static char line[1 << 14];
+        const char *extra[] = {"\"logprobs\":2", "\"logprobs\":2", "\"logprobs\":2,\"cache\":false"};
+        for (int64_t id = 1; id <= 3; id++) {
+            et_gen_line(line, sizeof(line), id, prompt, 70, 10, 0.8, 4321, extra[id - 1]);
+            eng_send(&e, line);
+            eng_wait(&e, &id, 1);
+            et_assert_done(e.c, id, e.c->recs[id].finish);
+        }
+        assert_int_equal(e.c->recs[1].stats.cached_n, 0);
+        assert_int_equal(e.c->recs[2].stats.cached_n, t == 0 ? 64 : 0);
+        assert_int_equal(e.c->recs[3].stats.cached_n, 0);
+        for (int id = 2; id <= 3; id++) {
+            const et_rec *a = &e.c->recs[1], *b = &e.c->recs[id];
+            assert_int_equal(a->n_tok, b->n_tok);
+            assert_memory_equal(a->toks, b->toks, a->n_tok * sizeof(int32_t));
+            assert_int_equal(a->n_lps, b->n_lps);
+            for (size_t k = 0; k < a->n_lps; k++) {
+                assert_memory_equal(&a->lps[k].logprob, &b->lps[k].logprob, sizeof(float));
+                assert_int_equal(a->lps[k].n_top, b->lps[k].n_top);
+                for (size_t j = 0; j < a->lps[k].n_top; j++) {
+                    assert_int_equal(a->lps[k].top[j].token, b->lps[k].top[j].token);
+                    assert_memory_equal(&a->lps[k].top[j].logprob, &b->lps[k].top[j].logprob,
+                                        sizeof(float));
+                }
+            }
+        }
+        proto_pong pg = eng_ping(&e, 9);
+        assert_int_equal(pg.kv_lookup_tokens, t == 0 ? 140 : 0); /* the opt-out looks nothing up */
+        assert_int_equal(pg.kv_hit_tokens, t == 0 ? 64 : 0);
+        assert_true(t == 0 ? pg.kv_cached >= 2 : pg.kv_cached == 0);
+        assert_int_equal(pg.kv_used, 0);
+        assert_int_equal(pg.kv_preemptions, 0);
+        assert_int_equal(eng_finish(&e), 0);
+    }
+}
+
 /* The fault hook (STRATA_TEST_HANG_AT_STEP=3): the scheduler runs steps 1
  * and 2 (two tokens) and then hangs inside step 3 for good, while the
  * reader goes on answering pings: every pong says 2 steps, a step running
@@ -721,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_bad_lines_keep_serving),
         cmocka_unit_test(test_ping_during_long_step),
         cmocka_unit_test(test_pong_reports_progress),
+        cmocka_unit_test(test_prefix_cache_over_pipes),
         cmocka_unit_test(test_hang_hook_stops_steps_not_pongs),
         cmocka_unit_test(test_bad_line_answered_before_later_ping),
         cmocka_unit_test(test_shutdown_and_eof),
