@@ -459,6 +459,73 @@ static void test_embeddings_match_llamacpp(void **state)
     fx_close(&f);
 }
 
+/* ---- progress and the end hook (engine.h) ---- */
+
+typedef struct ended {
+    int count[64]; /* by id */
+    int n_calls;
+} ended;
+
+static void count_end(void *ctx, int64_t id)
+{
+    ended *e = ctx;
+    e->n_calls++;
+    if (id >= 0 && id < 64) e->count[id]++;
+}
+
+/* Every id that gets its terminal line gets exactly one end-hook call, on
+ * every path (done, cancelled while queued or running, refused at arrival,
+ * refused while shutting down), and a duplicate (refused without an id:
+ * the request with that id runs on) gets none. The progress figures count
+ * every step and none runs between steps. */
+static void test_end_hook_and_progress(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 1, 64, 16);
+    ended en = {0};
+    engine_set_end_hook(f.e, count_end, &en);
+    proto_pong pg;
+    engine_get_progress(f.e, &pg);
+    assert_true(pg.has_progress && pg.has_kv);
+    assert_int_equal(pg.steps, 0);
+    assert_false(pg.running);
+    const int32_t toks[] = {1, 403, 407, 261, 378};
+    fx_gen(&f, 1, toks, 5, 3, 0, -1, NULL);          /* runs to length */
+    fx_gen(&f, 1, toks, 5, 3, 0, -1, NULL);          /* a duplicate: no hook */
+    fx_gen(&f, 2, toks, 5, 3, 0, -1, NULL);          /* queued, then cancelled */
+    fx_gen(&f, 3, toks, 5, 1000, 0, -1, NULL);       /* context_length at arrival */
+    fx_send(&f, "{\"op\":\"stop\",\"id\":2}");
+    fx_step(&f);
+    et_assert_done(f.c, 2, PROTO_FINISH_CANCELLED);
+    et_assert_err(f.c, 3, PROTO_ERR_CONTEXT_LENGTH);
+    fx_gen(&f, 4, toks, 5, 30, 0, -1, "\"ignore_eos\":true"); /* waits for 1's slot */
+    fx_run(&f);
+    et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
+    et_assert_done(f.c, 4, PROTO_FINISH_LENGTH);
+    fx_gen(&f, 5, toks, 5, 20, 0, -1, "\"ignore_eos\":true");
+    fx_step(&f);
+    fx_send(&f, "{\"op\":\"stop\",\"id\":5}"); /* cancelled while running */
+    fx_send(&f, "{\"op\":\"shutdown\"}");
+    fx_gen(&f, 6, toks, 5, 3, 0, -1, NULL);          /* shutting_down */
+    fx_run(&f);
+    et_assert_done(f.c, 5, PROTO_FINISH_CANCELLED);
+    et_assert_err(f.c, 6, PROTO_ERR_SHUTTING_DOWN);
+    for (int id = 1; id <= 6; id++) {
+        if (en.count[id] != 1) fail_msg("id %d: %d end-hook calls, want 1", id, en.count[id]);
+    }
+    assert_int_equal(en.n_calls, 6);
+    engine_get_progress(f.e, &pg);
+    /* 1: 3 steps; 2: the step that cancelled it (1's first); 4: 30; 5: 1 + the cancelling one */
+    assert_int_equal(pg.steps, 3 + 30 + 2);
+    assert_false(pg.running);
+    assert_int_equal(pg.step_tokens, 0);
+    assert_true(pg.ms_per_token > 0);
+    assert_int_equal(pg.kv_used, 0);
+    engine_set_end_hook(f.e, NULL, NULL);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_context_and_bad_requests),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_embeddings_match_llamacpp),
+        cmocka_unit_test(test_end_hook_and_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
