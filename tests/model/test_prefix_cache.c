@@ -316,8 +316,8 @@ static void test_idle_budget(void **state)
 {
     (void)state;
     kv_cache *kv = make(8 * BT, 2, 1);
-    int32_t a[BT], b[BT];
-    iota(a, BT, 1);
+    int32_t a[BT + 5], b[BT];
+    iota(a, BT + 5, 1);
     iota(b, BT, 1000);
     compute_and_publish(kv, 0, a, BT);
     kv_seq_remove(kv, 0);
