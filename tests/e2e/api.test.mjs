@@ -107,7 +107,8 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.equal(s.chunks[0].choices[0].delta.role, 'assistant');
     assert.equal(s.finish, r.choices[0].finish_reason);
     checkUsage(s.usage);
-    assert.deepEqual(s.usage, r.usage);
+    // the same counts; cached_tokens may differ: the engine's prefix cache holds the prompt now
+    for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens']) assert.equal(s.usage[k], r.usage[k], k);
   });
 
   test('max_completion_tokens limits chat too', async () => {

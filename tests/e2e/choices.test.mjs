@@ -70,7 +70,8 @@ describe('several results per request', { skip: skip ?? false }, () => {
       assert.equal(text[i], whole.choices[i].message.content, `choice ${i}`);
       assert.equal(finish[i], whole.choices[i].finish_reason);
     }
-    assert.deepEqual(usage, whole.usage);
+    // the same counts; cached_tokens may differ: the engine's prefix cache holds the prompt now
+    for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens']) assert.equal(usage[k], whole.usage[k], k);
   });
 
   test('embeddings of an array of strings, and of token arrays', async () => {
