@@ -39,6 +39,10 @@ static void serve_usage(FILE *f)
             "  --slots K              requests each engine runs at once (default 4)\n"
             "  --ctx C                context per request (default: the engine's)\n"
             "  --kv-type T            KV cache rows of the engines: f16 (default) or q8_0\n"
+            "  --prefix-cache-mib M   the engines' prefix cache budget in MiB (default: the\n"
+            "                         whole KV pool; 0: off)\n"
+            "  --prefix-min-tokens T  fewest prompt tokens taken from the cache (default 32)\n"
+            "  --batch B              token budget of one engine step (default: the engine's)\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
             "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
             "  --api-key-file F       the key from the first line of F\n"
@@ -110,7 +114,11 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
     const char *tmpl_file = NULL, *port_file = NULL, *engine_path = NULL;
-    const char *kv_type = NULL; /* passed to the engines as --kv-type */
+    /* Engine options the server does not use itself: checked here so that a
+     * bad value fails `strata serve` at once (not every engine start), then
+     * passed through verbatim. NULL: not given, the engine's default. */
+    const char *kv_type = NULL, *cache_mib = NULL, *min_tokens = NULL, *batch = NULL;
+    int unused;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
@@ -152,6 +160,16 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             kv_type = v;
+        }
+        else if (strcmp(a, "--prefix-cache-mib") == 0) {
+            bad = parse_int(v, 0, 1 << 30, &unused);
+            cache_mib = v;
+        } else if (strcmp(a, "--prefix-min-tokens") == 0) {
+            bad = parse_int(v, 0, 1 << 30, &unused);
+            min_tokens = v;
+        } else if (strcmp(a, "--batch") == 0) {
+            bad = parse_int(v, 1, 1 << 20, &unused);
+            batch = v;
         }
         else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
         else if (strcmp(a, "--wedge-floor-ms") == 0) bad = parse_int(v, 0, INT_MAX, &wedge_floor);
@@ -235,7 +253,7 @@ int cmd_serve(int argc, char **argv)
     snprintf(s_slots, sizeof(s_slots), "%d", slots);
     snprintf(s_ctx, sizeof(s_ctx), "%d", ctx);
     snprintf(s_threads, sizeof(s_threads), "%d", threads);
-    const char *args[16];
+    const char *args[24]; /* 7 fixed + 2 per optional pass-through option + NULL */
     int na = 0;
     args[na++] = "engine";
     args[na++] = "-m";
@@ -251,6 +269,18 @@ int cmd_serve(int argc, char **argv)
     if (kv_type != NULL) {
         args[na++] = "--kv-type";
         args[na++] = kv_type;
+    }
+    if (cache_mib != NULL) {
+        args[na++] = "--prefix-cache-mib";
+        args[na++] = cache_mib;
+    }
+    if (min_tokens != NULL) {
+        args[na++] = "--prefix-min-tokens";
+        args[na++] = min_tokens;
+    }
+    if (batch != NULL) {
+        args[na++] = "--batch";
+        args[na++] = batch;
     }
     args[na] = NULL;
 
