@@ -1,5 +1,5 @@
 /* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]
- * [--prefix-cache-mib M] [--prefix-min-tokens T]`:
+ * [--kv-max N | --kv-max-mib M] [--prefix-cache-mib M] [--prefix-min-tokens T]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -30,14 +30,20 @@ static void engine_usage(FILE *f)
 {
     fprintf(f,
             "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n"
+            "                     [--kv-max N | --kv-max-mib M]\n"
             "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
             "  -m, --model PATH    the GGUF model\n"
             "  --slots K           sequences generated at once (default %d); more wait in a queue\n"
             "  --ctx N             tokens per request, prompt + generated (default %d, or the\n"
-            "                      model's training context if smaller); the KV cache holds\n"
-            "                      K x N positions\n"
+            "                      model's training context if smaller)\n"
+            "  --kv-max N          positions of the KV pool that all slots share (default:\n"
+            "                      K x N, but at most %d MiB unless one context needs more).\n"
+            "                      When it is full new requests wait and the youngest running\n"
+            "                      one is preempted (it resumes later, same output); a\n"
+            "                      request that cannot fit even alone gets an error\n"
+            "  --kv-max-mib M      the same in MiB of KV blocks\n"
             "  -t, --threads N     threads of the forward pass (default: the CPUs)\n"
             "  --kv-type T         KV cache rows: f16 (default) or q8_0 (about half the\n"
             "                      memory; needs a head size that is a multiple of 32)\n"
@@ -51,7 +57,7 @@ static void engine_usage(FILE *f)
             "                      (default: one block, 32)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
-            ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_BATCH);
+            ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_BATCH);
 }
 
 static int parse_int(const char *opt, const char *v, long long lo, long long hi, long long *out)
@@ -75,6 +81,7 @@ int cmd_engine(int argc, char **argv)
     long long batch = ENGINE_DEFAULT_BATCH;
     uint32_t kv_type = 0; /* F16 */
     long long cache_mib = -1, min_tokens = 0; /* -1: the whole pool */
+    long long kv_max = 0, kv_max_mib = 0;     /* 0: the default pool */
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -97,6 +104,10 @@ int cmd_engine(int argc, char **argv)
             strata_err kerr;
             rc = kv_type_parse(v, &kv_type, &kerr);
             if (rc != 0) fprintf(stderr, "strata engine: --kv-type: %s\n", kerr.msg);
+        } else if (strcmp(a, "--kv-max") == 0) {
+            rc = parse_int(a, v, 1, (1LL << 31) - 4096, &kv_max);
+        } else if (strcmp(a, "--kv-max-mib") == 0) {
+            rc = parse_int(a, v, 1, 1LL << 26, &kv_max_mib);
         } else if (strcmp(a, "--batch") == 0) {
             rc = parse_int(a, v, 1, 1 << 20, &batch);
         } else if (strcmp(a, "--prefix-cache-mib") == 0) {
@@ -136,17 +147,19 @@ int cmd_engine(int argc, char **argv)
                            .n_threads = (int)threads, .kv_type = kv_type, .hang_at_step = hang_at,
                            .no_prefix_cache = cache_mib == 0,
                            .prefix_cache_bytes = cache_mib > 0 ? (int64_t)cache_mib << 20 : 0,
-                           .prefix_min_tokens = min_tokens};
+                           .prefix_min_tokens = min_tokens, .kv_max_tokens = kv_max,
+                           .kv_max_bytes = (int64_t)kv_max_mib << 20};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {
         proto_msg ready;
         engine_ready(e, &ready);
         LOG_INFO("engine: %s (%s, %" PRId64 " layers, vocab %" PRId64 "): %lld slots of %" PRId64
-                 " tokens, batch %" PRId64 ", %lld threads, KV %.1f MiB, prefix cache %s"
-                 " (%.1f MiB)",
+                 " tokens, batch %" PRId64 ", %lld threads, KV pool %" PRId64
+                 " tokens shared by the slots (%.1f MiB), prefix cache %s (%.1f MiB)",
                  path, ready.u.ready.arch, ready.u.ready.n_layer, ready.u.ready.n_vocab, slots,
                  ready.u.ready.n_ctx, ready.u.ready.n_batch, threads,
+                 ready.u.ready.kv_n_blocks * ready.u.ready.kv_block_tokens,
                  (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0),
                  ready.u.ready.kv_prefix_cache ? "on" : "off",
                  (double)ready.u.ready.kv_cache_bytes / (1024.0 * 1024.0));

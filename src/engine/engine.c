@@ -41,10 +41,19 @@ typedef struct engine_req {
     req_state state;
     bool cancelled;
     int slot;                 /* the KV sequence; -1 while queued */
-    int64_t order;            /* admission number: prefill goes oldest first */
+    int64_t order;            /* first admission's number (kept when preempted): prefill goes
+                                 oldest first, and only younger requests are preempted */
     bool use_cache;           /* the prefix cache is on and the request did not opt out */
     int64_t n_cached;         /* prompt tokens taken from the prefix cache */
-    int64_t n_done;           /* prompt tokens in the KV (the cached ones too) */
+    int64_t n_done;           /* positions of n_fill in the KV (the cached ones too) */
+    int64_t n_fill;           /* positions to prefill: the prompt, or after a preemption the
+                                 prompt and the tokens generated (the last one pending) */
+    int64_t n_prompt_eval;    /* prompt tokens evaluated before its last preemption */
+    int64_t n_preempted;      /* times preempted */
+    bool resume_oom;          /* preempted without memory to save its tokens: ends with err
+                                 "internal" when it reaches the queue's head */
+    int32_t *resume;          /* (n_fill) prompt + generated, saved when preempted with
+                                 n_gen > 0; NULL otherwise */
     int64_t n_gen;            /* tokens sent */
     int32_t next_tok;         /* REQ_DECODE: sampled and sent, not yet in the KV */
     sampler *smp;             /* gen, from admission */
@@ -90,6 +99,9 @@ struct engine {
     char kv_type[8];
     char arch[32];
     int64_t kv_bytes;         /* the pool's, for `ready` and `pong` */
+    int64_t n_pool_tokens;    /* positions of the shared pool (n_blocks x block_tokens) */
+    int64_t n_limit;          /* a request's positions at most: min(n_ctx, n_pool_tokens) */
+    int64_t n_preemptions;    /* since start (scheduler's; pg_preemptions is the copy) */
     engine_end_fn on_end;     /* engine_set_end_hook */
     void *on_end_ctx;
     int64_t hang_at_step;     /* test hook (engine_params) */
@@ -104,6 +116,7 @@ struct engine {
     int64_t pg_kv_used;       /* blocks held, at the end of the last step */
     int64_t pg_kv_cached;     /* blocks listed in the prefix cache, then */
     int64_t pg_lookup_tokens, pg_hit_tokens; /* the prefix cache's, then */
+    int64_t pg_preemptions;
 };
 
 /* ---- set-up ---- */
@@ -145,6 +158,36 @@ static proto_pooling load_pooling(const model *m)
     return PROTO_POOLING_MEAN;
 }
 
+int64_t engine_pool_tokens(const model *m, const engine_params *p, int n_slots, int64_t n_ctx)
+{
+    const int64_t bt = KV_BLOCK_TOKENS;
+    if (p->kv_max_tokens < 0 || p->kv_max_bytes < 0) return 0;
+    if (p->kv_max_tokens > 0) {
+        if (p->kv_max_tokens > ((int64_t)1 << 31) - 4096) return 0;
+        return (p->kv_max_tokens + bt - 1) / bt * bt;
+    }
+    /* one block's bytes, from the geometry the model context will use */
+    kv_cache_params kp = {.n_layer = m->hp.n_layer, .n_head_kv = m->hp.n_head_kv,
+                          .head_dim = m->hp.head_dim, .head_dim_v = m->hp.head_dim_v,
+                          .n_ctx = bt, .n_seq_max = 1, .k_type = p->kv_type,
+                          .v_type = p->kv_type};
+    int64_t block_bytes = (int64_t)kv_cache_pool_bytes(&kp);
+    if (block_bytes <= 0) return 0;
+    if (p->kv_max_bytes > 0) {
+        int64_t blocks = p->kv_max_bytes / block_bytes;
+        if (blocks < 1) blocks = 1;
+        if (blocks > (((int64_t)1 << 31) - 4096) / bt) return 0;
+        return blocks * bt;
+    }
+    /* The default: room for every slot's whole context, but no more than
+     * ENGINE_DEFAULT_KV_MIB unless one context alone needs more. */
+    int64_t per_slot = (n_ctx + bt - 1) / bt * bt;
+    int64_t all = per_slot * n_slots;
+    int64_t cap = ((int64_t)ENGINE_DEFAULT_KV_MIB << 20) / block_bytes * bt;
+    if (cap < per_slot) cap = per_slot;
+    return all < cap ? all : cap;
+}
+
 int engine_init(engine **out, const model *m, const engine_params *p, strata_err *err)
 {
     *out = NULL;
@@ -176,9 +219,17 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->seed_state = (uint64_t)strata_clock_ns();
     snprintf(e->kv_type, sizeof(e->kv_type), "f16");
     snprintf(e->arch, sizeof(e->arch), "%s", m->hp.arch_name ? m->hp.arch_name : "?");
-    /* Every slot can hold a full context: whole blocks per slot. */
-    int64_t per_slot = (n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS;
-    model_ctx_params cp = {.n_ctx = per_slot * n_slots, .n_seq_max = n_slots,
+    /* The pool is shared by the slots and sized on its own (engine.h
+     * "KV pool"): whole blocks, at least one. */
+    int64_t pool_tokens = engine_pool_tokens(m, p, n_slots, n_ctx);
+    if (pool_tokens <= 0) {
+        pthread_mutex_destroy(&e->progress_lock);
+        free(e);
+        return strata_err_set(err, STRATA_EINVAL, "engine: the KV pool's size is invalid "
+                              "(--kv-max %" PRId64 ", --kv-max-mib %" PRId64 ")",
+                              p->kv_max_tokens, p->kv_max_bytes >> 20);
+    }
+    model_ctx_params cp = {.n_ctx = pool_tokens, .n_seq_max = n_slots,
                            .n_batch = n_batch, .n_threads = p->n_threads,
                            .k_type = p->kv_type, .v_type = p->kv_type};
     int rc = model_ctx_init(&e->ctx, m, &cp, err);
@@ -194,6 +245,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     const int64_t block_bytes = e->kv->n_layer *
                                 (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
     e->kv_bytes = (int64_t)e->kv->n_blocks * block_bytes;
+    e->n_pool_tokens = (int64_t)e->kv->n_blocks * e->kv->block_tokens;
+    e->n_limit = n_ctx < e->n_pool_tokens ? n_ctx : e->n_pool_tokens;
     e->prefix_on = !p->no_prefix_cache;
     e->prefix_min_tokens = p->prefix_min_tokens > e->kv->block_tokens ? p->prefix_min_tokens
                                                                       : e->kv->block_tokens;
@@ -239,6 +292,7 @@ static void req_free(engine_req *r)
     if (r == NULL) return;
     sampler_free(r->smp);
     free(r->embd_sum);
+    free(r->resume);
     proto_msg_free(&r->msg);
     free(r);
 }
@@ -319,7 +373,7 @@ void engine_get_progress(engine *e, proto_pong *out)
     out->kv_cached = e->pg_kv_cached;
     out->kv_lookup_tokens = e->pg_lookup_tokens;
     out->kv_hit_tokens = e->pg_hit_tokens;
-    out->kv_preemptions = 0; /* never: every slot has room for a whole context */
+    out->kv_preemptions = e->pg_preemptions;
     pthread_mutex_unlock(&e->progress_lock);
 }
 
@@ -401,8 +455,10 @@ static void finish(engine *e, engine_req *r, proto_finish f, proto_buf *out)
     proto_msg m = {.op = PROTO_OP_DONE, .has_id = true, .id = r->id};
     m.u.done.finish = f;
     proto_stats *s = &m.u.done.stats;
-    s->prompt_n = r->n_done;
+    int64_t evaluated = r->n_done < r->n_prompt ? r->n_done : r->n_prompt;
+    s->prompt_n = evaluated > r->n_prompt_eval ? evaluated : r->n_prompt_eval;
     s->cached_n = r->n_cached;
+    s->preempted = r->n_preempted;
     s->predicted_n = r->n_gen;
     if (r->t_prompt_start >= 0) {
         double end = r->t_prompt_end >= 0 ? r->t_prompt_end : now;
@@ -453,6 +509,14 @@ static bool check_request(const engine *e, const proto_msg *m, char *code_out,
                      n_prompt, e->n_ctx);
             return false;
         }
+        if (n_prompt > e->n_pool_tokens) {
+            snprintf(code_out, code_size, "%s", PROTO_ERR_CONTEXT_LENGTH);
+            snprintf(message, message_size,
+                     "embed: the input is %" PRId64 " tokens; the whole KV pool holds %" PRId64
+                     " (--kv-max)",
+                     n_prompt, e->n_pool_tokens);
+            return false;
+        }
         return true;
     }
     const proto_gen *g = &m->u.gen;
@@ -491,6 +555,15 @@ static bool check_request(const engine *e, const proto_msg *m, char *code_out,
         }
         return false;
     }
+    if (n_prompt + want > e->n_pool_tokens) {
+        /* it could not run even alone with the whole pool */
+        snprintf(code_out, code_size, "%s", PROTO_ERR_CONTEXT_LENGTH);
+        snprintf(message, message_size,
+                 "gen: the prompt (%" PRId64 " tokens) plus max_tokens (%" PRId64
+                 ") is more than the whole KV pool of %" PRId64 " tokens (--kv-max)",
+                 n_prompt, want, e->n_pool_tokens);
+        return false;
+    }
     return true;
 }
 
@@ -517,8 +590,10 @@ static void enqueue(engine *e, proto_msg *m)
         r->logprobs = r->msg.u.gen.logprobs;
         r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
     }
+    r->n_fill = r->n_prompt;
     r->state = REQ_QUEUED;
     r->slot = -1;
+    r->order = -1;
     r->t_prompt_start = r->t_prompt_end = -1.0;
     if (e->queue_tail != NULL) e->queue_tail->next = r;
     else e->queue_head = r;
@@ -601,13 +676,15 @@ static uint64_t pick_seed(engine *e, int64_t id)
     return strata_splitmix64(&e->seed_state) & (uint64_t)INT64_MAX;
 }
 
-/* Gives r slot s: its sampler or pooling buffer, an empty KV sequence. */
+/* Gives r slot s: its sampler or pooling buffer (kept from its first
+ * admission when it was preempted), a KV sequence started from the prefix
+ * cache. */
 static int admit(engine *e, engine_req *r, int s, strata_err *err)
 {
     if (r->is_embed) {
-        r->embd_sum = calloc((size_t)e->n_embd, sizeof(double));
+        if (r->embd_sum == NULL) r->embd_sum = calloc((size_t)e->n_embd, sizeof(double));
         if (r->embd_sum == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
-    } else {
+    } else if (r->smp == NULL) {
         const proto_gen *g = &r->msg.u.gen;
         const proto_sampling *ps = &g->sampling;
         sample_params sp = {
@@ -635,23 +712,175 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
     }
     int rc = kv_seq_add(e->kv, s, err);
     if (rc != 0) return rc;
-    /* check_request bounds the prompt by n_ctx */
-    memcpy(e->hist + (size_t)s * (size_t)e->n_ctx, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    /* check_request bounds the prompt by n_ctx; n_fill < n_limit <= n_ctx */
+    int32_t *row = e->hist + (size_t)s * (size_t)e->n_ctx;
+    memcpy(row, r->resume != NULL ? r->resume : r->prompt, (size_t)r->n_fill * sizeof(int32_t));
+    r->n_done = 0;
     /* Mean and cls pooling need hidden states the cache does not keep. */
     if (r->use_cache && (!r->is_embed || r->pooling == PROTO_POOLING_LAST)) {
-        rc = kv_seq_reuse_prefix(e->kv, s, r->prompt, r->n_prompt, e->prefix_min_tokens,
-                                 &r->n_cached, err);
+        int64_t reused = 0;
+        rc = kv_seq_reuse_prefix(e->kv, s, row, r->n_fill, e->prefix_min_tokens, &reused, err);
         if (rc != 0) {
             kv_seq_remove(e->kv, s);
             return rc;
         }
-        r->n_done = r->n_cached;
+        /* cached_n is the first admission's: what the request's prompt found */
+        if (r->n_preempted == 0) r->n_cached = reused;
+        r->n_done = reused;
     }
     r->slot = s;
     r->state = REQ_PREFILL;
-    r->order = e->n_admitted++;
+    if (r->order < 0) r->order = e->n_admitted++;
     e->slots[s] = r;
     return 0;
+}
+
+/* ---- the pool's blocks: admission, planning, preemption ---- */
+
+/* Blocks a running request takes from the pool in its next step (its
+ * pending token, or its next prompt chunk at most n_batch long). */
+static int32_t step_blocks(const engine *e, const engine_req *r)
+{
+    if (r->state == REQ_DECODE) return kv_seq_blocks_needed(e->kv, r->slot, r->n_prompt + r->n_gen);
+    int64_t end = r->n_done + e->n_batch < r->n_fill ? r->n_done + e->n_batch : r->n_fill;
+    return kv_seq_blocks_needed(e->kv, r->slot, end);
+}
+
+static int64_t running_blocks(const engine *e)
+{
+    int64_t n = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (e->slots[s] != NULL) n += step_blocks(e, e->slots[s]);
+    }
+    return n;
+}
+
+/* An estimate of the blocks a queued request's first chunk takes, after
+ * what the prefix cache gives it (kv_prefix_match changes nothing). */
+static int64_t first_chunk_blocks(const engine *e, const engine_req *r)
+{
+    const int64_t bt = e->kv->block_tokens;
+    int64_t start = 0;
+    if (r->use_cache && (!r->is_embed || r->pooling == PROTO_POOLING_LAST)) {
+        const int32_t *toks = r->resume != NULL ? r->resume : r->prompt;
+        int64_t m = kv_prefix_match(e->kv, toks, r->n_fill);
+        if (m >= e->prefix_min_tokens) start = m < r->n_fill ? m : r->n_fill - 1;
+    }
+    int64_t end = start + e->n_batch < r->n_fill ? start + e->n_batch : r->n_fill;
+    return (end + bt - 1) / bt - start / bt;
+}
+
+/* Takes r's blocks back (publishing came at every step, so its full blocks
+ * stay cached, idle) and puts it at the head of the queue with what it
+ * needs to resume: its sampler, its generated tokens (prompt + generated
+ * become the positions to prefill again; the last one, sent and pending,
+ * is fed last, and its logits continue the sampling exactly where they
+ * were). An embed starts its pooling over. */
+static void preempt(engine *e, engine_req *r)
+{
+    int s = r->slot;
+    int64_t evaluated = r->n_done < r->n_prompt ? r->n_done : r->n_prompt;
+    if (evaluated > r->n_prompt_eval) r->n_prompt_eval = evaluated;
+    if (!r->is_embed && r->n_gen > 0) {
+        int64_t n = r->n_prompt + r->n_gen;
+        int32_t *buf = realloc(r->resume, (size_t)n * sizeof(int32_t));
+        if (buf == NULL) {
+            /* ended by admit_queued: freeing it here would leave plan_step
+             * holding a dangling pointer */
+            r->resume_oom = true;
+        } else {
+            memcpy(buf, e->hist + (size_t)s * (size_t)e->n_ctx, (size_t)n * sizeof(int32_t));
+            r->resume = buf;
+            r->n_fill = n;
+        }
+    }
+    if (r->is_embed) {
+        memset(r->embd_sum, 0, (size_t)e->n_embd * sizeof(double));
+        r->n_pooled = 0;
+    }
+    kv_seq_remove(e->kv, s);
+    e->slots[s] = NULL;
+    r->slot = -1;
+    r->n_done = 0;
+    r->step_n = 0;
+    r->state = REQ_QUEUED;
+    r->n_preempted++;
+    e->n_preemptions++;
+    r->next = e->queue_head;
+    e->queue_head = r;
+    if (e->queue_tail == NULL) e->queue_tail = r;
+    e->n_queued++;
+    LOG_DEBUG("engine: id %" PRId64 " preempted (%" PRId64 " positions to resume)", r->id,
+              r->n_fill);
+}
+
+/* Frees blocks until `need` more than `reserved` are free, by preempting
+ * the youngest running requests younger than r (never r, never an older
+ * one, so the oldest request always progresses). False when they are not
+ * enough. */
+static bool make_room(engine *e, const engine_req *r, int64_t need, int64_t reserved)
+{
+    while (need > (int64_t)kv_free_blocks(e->kv) - reserved) {
+        engine_req *victim = NULL;
+        for (int s = 0; s < e->n_slots; s++) {
+            engine_req *v = e->slots[s];
+            if (v == NULL || v == r || v->order <= r->order) continue;
+            if (victim == NULL || v->order > victim->order) victim = v;
+        }
+        if (victim == NULL) return false;
+        preempt(e, victim);
+    }
+    return true;
+}
+
+/* Sets step_n, the tokens each running request feeds this step, oldest
+ * first: a decoding one 1, a prefilling one its next chunk within the
+ * token budget; each gets its blocks, preempting younger requests when the
+ * pool has too few; one that still has none feeds nothing this step (it
+ * waits for older ones to end). */
+static void plan_step(engine *e)
+{
+    engine_req **ord = e->b_prefill;
+    int n = 0, n_dec = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        engine_req *r = e->slots[s];
+        if (r == NULL) continue;
+        r->step_n = 0;
+        n_dec += r->state == REQ_DECODE;
+        int i = n++;
+        while (i > 0 && ord[i - 1]->order > r->order) {
+            ord[i] = ord[i - 1];
+            i--;
+        }
+        ord[i] = r;
+    }
+    int64_t tok_left = e->n_batch - n_dec, reserved = 0;
+    const int64_t bt = e->kv->block_tokens;
+    for (int i = 0; i < n; i++) {
+        engine_req *r = ord[i];
+        if (r->slot < 0) continue; /* preempted by an older one in this loop */
+        if (r->state == REQ_DECODE) {
+            int64_t need = kv_seq_blocks_needed(e->kv, r->slot, r->n_prompt + r->n_gen);
+            if (!make_room(e, r, need, reserved)) continue;
+            reserved += need;
+            r->step_n = 1;
+            continue;
+        }
+        int64_t take = r->n_fill - r->n_done;
+        if (take > tok_left) take = tok_left;
+        if (take <= 0) continue;
+        int64_t need = kv_seq_blocks_needed(e->kv, r->slot, r->n_done + take);
+        if (!make_room(e, r, need, reserved)) {
+            int64_t avail = (int64_t)kv_free_blocks(e->kv) - reserved;
+            int64_t room = ((int64_t)e->kv->seqs[r->slot].n_blocks + avail) * bt - r->n_done;
+            if (take > room) take = room;
+            if (take <= 0) continue;
+            need = kv_seq_blocks_needed(e->kv, r->slot, r->n_done + take);
+        }
+        reserved += need;
+        tok_left -= take;
+        r->step_n = take;
+    }
 }
 
 /* ---- sampling ---- */
@@ -723,7 +952,7 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
     /* its position is n_prompt + n_gen < n_ctx (the request ends at n_ctx) */
     e->hist[(size_t)r->slot * (size_t)e->n_ctx + (size_t)(r->n_prompt + r->n_gen)] = tok;
     r->n_gen++;
-    if ((r->max_tokens >= 0 && r->n_gen >= r->max_tokens) || r->n_prompt + r->n_gen >= e->n_ctx) {
+    if ((r->max_tokens >= 0 && r->n_gen >= r->max_tokens) || r->n_prompt + r->n_gen >= e->n_limit) {
         finish(e, r, PROTO_FINISH_LENGTH, out);
         return;
     }
@@ -778,11 +1007,30 @@ static void end_cancelled(engine *e, proto_buf *out)
     }
 }
 
+/* Admits queued requests into free slots, in order, while the pool can
+ * give the head its first chunk's blocks beyond what the running requests
+ * take this step (else the queue waits: no later request passes the head).
+ * With nothing running the head is admitted whatever the estimate: it fits
+ * alone (check_request). */
 static void admit_queued(engine *e, proto_buf *out)
 {
     for (int s = 0; s < e->n_slots && e->queue_head != NULL; s++) {
         if (e->slots[s] != NULL) continue;
         engine_req *r = e->queue_head;
+        if (r->resume_oom) {
+            e->queue_head = r->next;
+            if (e->queue_head == NULL) e->queue_tail = NULL;
+            e->n_queued--;
+            r->next = NULL;
+            finish_err(e, r, PROTO_ERR_INTERNAL, "out of memory to resume a preempted request",
+                       out);
+            s--;
+            continue;
+        }
+        if (engine_n_running(e) > 0 &&
+            first_chunk_blocks(e, r) > (int64_t)kv_free_blocks(e->kv) - running_blocks(e)) {
+            break;
+        }
         e->queue_head = r->next;
         if (e->queue_head == NULL) e->queue_tail = NULL;
         e->n_queued--;
@@ -833,6 +1081,7 @@ static void progress_batch_built(engine *e, int64_t n_b)
 static int64_t run_step(engine *e, proto_buf *out)
 {
     admit_queued(e, out);
+    plan_step(e);
     const double t_start = strata_clock_ms();
 
     /* the batch: decoding sequences first, one token each */
@@ -840,8 +1089,7 @@ static int64_t run_step(engine *e, proto_buf *out)
     int n_reqs = 0;
     for (int s = 0; s < e->n_slots; s++) {
         engine_req *r = e->slots[s];
-        if (r == NULL || r->state != REQ_DECODE) continue;
-        r->step_n = 1;
+        if (r == NULL || r->state != REQ_DECODE || r->step_n == 0) continue;
         r->step_logit_row = n_logits++;
         r->step_n_embd = 0;
         batch_add(e, r, &r->next_tok, r->n_prompt + r->n_gen - 1, 1, &n_b);
@@ -853,7 +1101,7 @@ static int64_t run_step(engine *e, proto_buf *out)
     int n_pre = 0;
     for (int s = 0; s < e->n_slots; s++) {
         engine_req *r = e->slots[s];
-        if (r == NULL || r->state != REQ_PREFILL) continue;
+        if (r == NULL || r->state != REQ_PREFILL || r->step_n == 0) continue;
         int i = n_pre++;
         while (i > 0 && pre[i - 1]->order > r->order) {
             pre[i] = pre[i - 1];
@@ -861,15 +1109,14 @@ static int64_t run_step(engine *e, proto_buf *out)
         }
         pre[i] = r;
     }
-    for (int i = 0; i < n_pre && n_b < e->n_batch; i++) {
+    for (int i = 0; i < n_pre; i++) {
         engine_req *r = pre[i];
-        int64_t take = r->n_prompt - r->n_done;
-        if (take > e->n_batch - n_b) take = e->n_batch - n_b;
+        int64_t take = r->step_n; /* plan_step kept the sum within the budget */
         int64_t first = n_b;
-        batch_add(e, r, r->prompt + r->n_done, r->n_done, take, &n_b);
-        r->step_n = take;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        batch_add(e, r, row + r->n_done, r->n_done, take, &n_b);
         r->step_logit_row = -1;
-        bool last_chunk = r->n_done + take == r->n_prompt;
+        bool last_chunk = r->n_done + take == r->n_fill;
         if (r->is_embed) {
             r->step_embd_row = n_embd_rows;
             r->step_n_embd = 0;
@@ -928,8 +1175,8 @@ static int64_t run_step(engine *e, proto_buf *out)
             continue;
         }
         r->n_done += r->step_n;
-        if (r->n_done < r->n_prompt) continue;
-        r->t_prompt_end = t_end;
+        if (r->n_done < r->n_fill) continue;
+        if (r->t_prompt_end < 0) r->t_prompt_end = t_end;
         if (r->is_embed) finish_embed(e, r, out);
         else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
         else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
@@ -967,5 +1214,6 @@ void engine_step(engine *e, proto_buf *out)
         if (e->pg_n_cost < PROTO_PONG_COST_STEPS) e->pg_n_cost++;
     }
     e->pg_kv_used = kv_used;
+    e->pg_preemptions = e->n_preemptions;
     pthread_mutex_unlock(&e->progress_lock);
 }

@@ -27,9 +27,37 @@
  * Admission checks (at arrival, so a bad request never waits in the queue):
  * token ids in the vocabulary (prompt, stop_tokens, logit_bias), an id not
  * already in flight, and prompt + max_tokens <= n_ctx (err
- * "context_length", naming both numbers). The KV pool holds n_ctx
- * positions (rounded up to whole blocks) for every slot, so an admitted
- * request always has room and never has to be preempted.
+ * "context_length", naming both numbers), and prompt + max_tokens <= the
+ * whole KV pool (the same code; the message names the pool).
+ *
+ * KV pool. One pool of blocks shared by all slots, sized on its own:
+ * kv_max_tokens, else kv_max_bytes, else every slot's whole context but at
+ * most ENGINE_DEFAULT_KV_MIB (at least one context), so `--slots 16 --ctx
+ * 32768` runs in a pool much smaller than 16 x 32768 positions as long as
+ * what is in flight fits. A request holds no more than min(n_ctx, pool)
+ * positions: one without max_tokens ends with "length" there.
+ *   Admission: the queue's head enters a free slot only while the pool can
+ *   give its first chunk (after what the prefix cache gives it) beyond the
+ *   blocks the running requests take this step; later requests never pass
+ *   it. With nothing running the head always enters (it fits alone).
+ *   Preemption: each step hands out blocks oldest request first (by first
+ *   admission). One that needs a block when none is free (idle cached
+ *   blocks count as free) preempts the most recently started request
+ *   younger than itself, and the next youngest, until it has room; when
+ *   no younger one is left it feeds nothing this step (a prefilling one
+ *   takes the part of its chunk that fits) and waits for older ones. So the
+ *   oldest always progresses, and every request ends. A preempted request
+ *   gives its blocks back (its full blocks were published to the prefix
+ *   cache at every step, so they stay cached, idle), keeps its sampler (RNG
+ *   and penalty history) and tokens, and goes back to the head of the
+ *   queue; resumed, it prefills its prompt and generated tokens again,
+ *   mostly from the prefix cache, the last generated (already sent) token
+ *   last, and samples from those logits exactly where it left off: batch
+ *   invariance makes the recomputed logits bit-identical, so a seeded
+ *   request's tokens are those of its run alone, and nothing already sent
+ *   is sent again. done's stats.preempted counts its preemptions (its
+ *   prompt_n and cached_n are those of its first admission); pong's
+ *   kv.preemptions the engine's.
  *
  * Generation rules. A sampled token that is a stop token, or one of the
  * model's end-of-generation tokens (unless ignore_eos), ends the request
@@ -81,6 +109,9 @@
 #define ENGINE_DEFAULT_SLOTS 4
 #define ENGINE_DEFAULT_CTX 4096
 #define ENGINE_DEFAULT_BATCH 512
+/* The default KV pool's cap (engine_pool_tokens): 2 GiB, what a 16 GiB
+ * laptop can spare next to a 7-8B model's weights. */
+#define ENGINE_DEFAULT_KV_MIB 2048
 
 typedef struct engine_params {
     int n_slots;       /* K, sequences at once; 0: ENGINE_DEFAULT_SLOTS */
@@ -89,6 +120,9 @@ typedef struct engine_params {
     int64_t n_batch;   /* B, tokens of one step; 0: ENGINE_DEFAULT_BATCH; raised to K */
     int n_threads;     /* of the forward pass; 0: 1 */
     uint32_t kv_type;  /* KV cache rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0; 0: F16 */
+    int64_t kv_max_tokens; /* positions of the KV pool all slots share (rounded up to blocks);
+                              0: from kv_max_bytes, else the default ("KV pool") */
+    int64_t kv_max_bytes;  /* the pool in bytes (whole blocks, at least one); 0: unset */
     bool no_prefix_cache;       /* true: the prefix cache is off (engine.h "Prefix cache") */
     int64_t prefix_cache_bytes; /* its budget: bytes of KV blocks that may stay cached with no
                                    request holding them; 0: the whole pool */
@@ -99,6 +133,11 @@ typedef struct engine_params {
 } engine_params;
 
 typedef struct engine engine;
+
+/* The positions of the KV pool that engine_init makes for these
+ * parameters (engine.h "KV pool"): a multiple of the block size; 0 when
+ * the sizes are invalid (negative or too large). */
+int64_t engine_pool_tokens(const model *m, const engine_params *p, int n_slots, int64_t n_ctx);
 
 /* Makes an engine for m (which must outlive it): the model context, the
  * KV pool and every per-step buffer. Errors: STRATA_EINVAL for bad

@@ -305,6 +305,7 @@ static void enc_done(enc *e, json_t *o, const proto_done *d)
     enc_set(e, so, "predicted_ms", enc_real(e, s->predicted_ms, "stats.predicted_ms"));
     enc_set(e, so, "draft_n", enc_int(e, s->draft_n));
     enc_set(e, so, "draft_accepted_n", enc_int(e, s->draft_accepted_n));
+    if (s->preempted > 0) enc_set(e, so, "preempted", enc_int(e, s->preempted));
     enc_set(e, o, "stats", so);
 }
 
@@ -877,6 +878,7 @@ static void dec_done(dec *d, json_t *o, proto_done *dn)
     dec_int(d, so, "draft_n", "stats.draft_n", false, 0, INT64_MAX, &s->draft_n, NULL);
     dec_int(d, so, "draft_accepted_n", "stats.draft_accepted_n", false, 0, INT64_MAX,
             &s->draft_accepted_n, NULL);
+    dec_int(d, so, "preempted", "stats.preempted", false, 0, INT64_MAX, &s->preempted, NULL);
 }
 
 /* A number >= 0 (integer or real); required. */

@@ -107,8 +107,14 @@
  *   prompt + max_tokens <= n_ctx (without max_tokens: prompt < n_ctx, and
  *   it ends with "length" at n_ctx tokens), an embed prompt <= n_ctx, else
  *   err "context_length". `n_batch`: the token budget of one step. `kv`:
- *   the KV pool shared by the slots (n_ctx positions for each, n_blocks
- *   blocks of block_tokens positions, bytes in all) and its prefix cache:
+ *   the KV pool shared by the slots (n_blocks blocks of block_tokens
+ *   positions, bytes in all; sized by the engine's --kv-max, independent
+ *   of slots x n_ctx: the requests in flight share it, and when it is full
+ *   new requests wait and the youngest running one is preempted; a
+ *   request that could not fit even alone, prompt + max_tokens over
+ *   n_blocks x block_tokens, gets err "context_length" whose message names
+ *   the KV pool, and one without max_tokens ends with "length" when it
+ *   fills the pool) and its prefix cache:
  *   prefix_cache whether it is on; cache_blocks / cache_bytes the budget,
  *   the most blocks that may stay cached with no request holding them (0
  *   when off); cache_min_tokens the fewest prompt tokens a reuse must
@@ -136,7 +142,11 @@
  *   from the start of its first prefill step to the end of its last one,
  *   predicted_ms from then to its terminal message, draft_n /
  *   draft_accepted_n speculative draft tokens proposed / accepted (0: no
- *   speculative decoding yet).
+ *   speculative decoding yet), preempted the times the request was
+ *   preempted to free KV blocks for an older one and resumed (by
+ *   recomputing its prompt and generated tokens, mostly from the prefix
+ *   cache; its tokens are those it would have produced unpreempted); sent
+ *   only when > 0, optional when decoding (0).
  * {"op":"err","id":7,"code":"context_length","message":"..."}
  *   Terminal for the id when it has one. No `id` when the line that caused
  *   it named none that could be read (or named one already in flight: a
@@ -164,9 +174,8 @@
  *                   bytes in all (the pool is allocated whole at start),
  *                   lookup_tokens / hit_tokens the prompt tokens looked up
  *                   in the prefix cache and those reused, since start,
- *                   preemptions requests preempted to free blocks (always
- *                   0: every slot has room for a whole context, so the
- *                   scheduler never preempts). As of the end of the last
+ *                   preemptions requests preempted to free blocks for
+ *                   older ones, since start. As of the end of the last
  *                   step. cached, lookup_tokens, hit_tokens and
  *                   preemptions are optional when decoding (0).
  *   The server judges an engine *wedged* from these figures, never from the
@@ -221,7 +230,9 @@
 #define PROTO_ERR_UNKNOWN_OP "unknown_op"         /* `op` missing or not one this side takes */
 #define PROTO_ERR_LINE_TOO_LONG "line_too_long"   /* over PROTOCOL_MAX_LINE; skipped */
 #define PROTO_ERR_DUPLICATE_ID "duplicate_id"     /* the id of a request in flight */
-#define PROTO_ERR_CONTEXT_LENGTH "context_length" /* prompt + max_tokens over n_ctx */
+#define PROTO_ERR_CONTEXT_LENGTH "context_length" /* prompt + max_tokens over n_ctx, or over
+                                                     the KV pool's positions (the message says
+                                                     which) */
 #define PROTO_ERR_SHUTTING_DOWN "shutting_down"   /* gen/embed after shutdown */
 #define PROTO_ERR_INTERNAL "internal"             /* the engine failed (named in the message) */
 
@@ -345,6 +356,7 @@ typedef struct proto_stats {
     int64_t prompt_n, cached_n, predicted_n;
     double prompt_ms, predicted_ms;
     int64_t draft_n, draft_accepted_n;
+    int64_t preempted;         /* times the request was preempted (sent only when > 0) */
 } proto_stats;
 
 typedef struct proto_done {
