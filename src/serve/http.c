@@ -912,7 +912,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case 2: {
         pool_get_info(s->p, &pi);
         sbuf out = {0};
-        metrics_render(&s->m, &pi, &out);
+        metrics_render(&s->m, &pi, s->cfg.model_name, &out);
         metrics_count_request(&s->m, endpoint, 200); /* counted before it is seen next time */
         struct MHD_Response *r = MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_FREE);
         if (r == NULL) {

@@ -1,8 +1,10 @@
-/* Prometheus counters and histograms (metrics.h). Called from any HTTP
+/* Prometheus counters and histograms (metrics.h), and the per-replica KV
+ * figures and vLLM-named gauges rendered from pool_info. Called from any HTTP
  * handler thread; everything is under metrics_lock. */
 #include "serve/metrics.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 static const double k_buckets[METRICS_N_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -83,7 +85,106 @@ static void hist_render(sbuf *o, const char *name, const char *help, const metri
                 cum, name, h->sum, name, h->n);
 }
 
-int metrics_render(metrics *m, const pool_info *pi, sbuf *o)
+/* A label value as the exposition format wants it: \\, \" and \n escaped. */
+static void label_escape(sbuf *o, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\') sbuf_printf(o, "\\\\");
+        else if (*v == '"') sbuf_printf(o, "\\\"");
+        else if (*v == '\n') sbuf_printf(o, "\\n");
+        else sbuf_printf(o, "%c", *v);
+    }
+}
+
+/* The per-replica KV series, then vLLM's aggregate names. Replicas whose
+ * figures are not known (not ready, no kv pong yet) have no KV series and
+ * count nothing in the sums. */
+static void kv_render(sbuf *o, const pool_info *pi, const char *model_name)
+{
+    static const char *const states[3] = {"total", "used", "cached"};
+    sbuf_printf(o, "# HELP strata_kv_blocks KV cache blocks of the replica's engine: in all, held "
+                   "by running requests, listed in the prefix cache.\n"
+                   "# TYPE strata_kv_blocks gauge\n");
+    for (int i = 0; i < pi->n_replicas; i++) {
+        const pool_replica_info *r = &pi->rep[i];
+        if (!r->kv_known) continue;
+        int64_t v[3] = {r->kv.blocks, r->kv.used, r->kv.cached};
+        for (int s = 0; s < 3; s++) {
+            sbuf_printf(o, "strata_kv_blocks{replica=\"%d\",state=\"%s\"} %" PRId64 "\n", i,
+                        states[s], v[s]);
+        }
+    }
+    struct {
+        const char *name, *type, *help;
+        size_t off;
+    } const series[] = {
+        {"strata_kv_bytes", "gauge", "Bytes of the replica's KV cache pool.",
+         offsetof(pool_kv_figures, bytes)},
+        {"strata_prefix_cache_lookup_tokens_total", "counter",
+         "Prompt tokens looked up in the prefix cache since the engine started.",
+         offsetof(pool_kv_figures, lookup_tokens)},
+        {"strata_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens reused from the prefix cache since the engine started.",
+         offsetof(pool_kv_figures, hit_tokens)},
+        {"strata_kv_preemptions_total", "counter",
+         "Requests preempted to free KV blocks since the engine started.",
+         offsetof(pool_kv_figures, preemptions)},
+    };
+    for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+        sbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
+                    series[k].name, series[k].type);
+        for (int i = 0; i < pi->n_replicas; i++) {
+            const pool_replica_info *r = &pi->rep[i];
+            if (!r->kv_known) continue;
+            int64_t v;
+            memcpy(&v, (const char *)&r->kv + series[k].off, sizeof(v));
+            sbuf_printf(o, "%s{replica=\"%d\"} %" PRId64 "\n", series[k].name, i, v);
+        }
+    }
+
+    int64_t running = 0, blocks = 0, used = 0, lookup = 0, hit = 0, preempt = 0;
+    for (int i = 0; i < pi->n_replicas; i++) {
+        const pool_replica_info *r = &pi->rep[i];
+        running += r->in_flight;
+        if (!r->kv_known) continue;
+        blocks += r->kv.blocks;
+        used += r->kv.used;
+        lookup += r->kv.lookup_tokens;
+        hit += r->kv.hit_tokens;
+        preempt += r->kv.preemptions;
+    }
+    double usage = blocks > 0 ? (double)used / (double)blocks : 0.0;
+    if (usage > 1) usage = 1; /* an engine's figures are taken as sent; the gauge stays a fraction */
+    sbuf label = {0};
+    label_escape(&label, model_name != NULL ? model_name : "");
+    const char *l = label.data != NULL ? label.data : "";
+    sbuf_printf(o,
+                "# HELP vllm:num_requests_waiting Requests waiting for a slot (vLLM's name).\n"
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                "vllm:num_requests_waiting{model_name=\"%s\"} %d\n"
+                "# HELP vllm:num_requests_running Requests holding an engine slot (vLLM's name).\n"
+                "# TYPE vllm:num_requests_running gauge\n"
+                "vllm:num_requests_running{model_name=\"%s\"} %" PRId64 "\n"
+                "# HELP vllm:kv_cache_usage_perc Fraction of KV blocks held by running requests "
+                "(vLLM's name; 0..1).\n"
+                "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                "vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6g\n"
+                "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix "
+                "cache (vLLM's name).\n"
+                "# TYPE vllm:prefix_cache_queries_total counter\n"
+                "vllm:prefix_cache_queries_total{model_name=\"%s\"} %" PRId64 "\n"
+                "# HELP vllm:prefix_cache_hits_total Prompt tokens reused from the prefix cache "
+                "(vLLM's name).\n"
+                "# TYPE vllm:prefix_cache_hits_total counter\n"
+                "vllm:prefix_cache_hits_total{model_name=\"%s\"} %" PRId64 "\n"
+                "# HELP vllm:num_preemptions_total Requests preempted (vLLM's name).\n"
+                "# TYPE vllm:num_preemptions_total counter\n"
+                "vllm:num_preemptions_total{model_name=\"%s\"} %" PRId64 "\n",
+                l, pi->queue_depth, l, running, l, usage, l, lookup, l, hit, l, preempt);
+    sbuf_free(&label);
+}
+
+int metrics_render(metrics *m, const pool_info *pi, const char *model_name, sbuf *o)
 {
     pthread_mutex_lock(&m->metrics_lock);
     sbuf_printf(o, "# HELP strata_requests_total HTTP requests by endpoint and status.\n"
@@ -123,5 +224,6 @@ int metrics_render(metrics *m, const pool_info *pi, sbuf *o)
         sbuf_printf(o, "strata_engine_restarts_total{replica=\"%d\"} %" PRId64 "\n", i,
                     pi->rep[i].restarts);
     }
+    kv_render(o, pi, model_name);
     return 0;
 }

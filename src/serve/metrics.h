@@ -8,6 +8,22 @@
  *   strata_replica_in_flight{replica}        gauge
  *   strata_replica_ready{replica}            gauge
  *   strata_engine_restarts_total{replica}    counter
+ * and, per replica whose engine is ready and has reported them (its latest
+ * `pong`'s kv figures, engine/protocol.h; a restarted engine starts its
+ * counters again, which Prometheus reads as a counter reset):
+ *   strata_kv_blocks{replica,state="total|used|cached"}   gauge
+ *   strata_kv_bytes{replica}                               gauge
+ *   strata_prefix_cache_lookup_tokens_total{replica}       counter
+ *   strata_prefix_cache_hit_tokens_total{replica}          counter
+ *   strata_kv_preemptions_total{replica}                   counter
+ * and the names of vLLM that external routers read, over all replicas, with
+ * vLLM's model_name label:
+ *   vllm:num_requests_waiting     gauge   the admission queue (strata_queue_depth)
+ *   vllm:num_requests_running     gauge   requests holding a slot (sum of in_flight)
+ *   vllm:kv_cache_usage_perc      gauge   used / total KV blocks, 0..1 (0 when unknown)
+ *   vllm:prefix_cache_queries_total counter  prompt tokens looked up (sum)
+ *   vllm:prefix_cache_hits_total    counter  prompt tokens reused (sum)
+ *   vllm:num_preemptions_total      counter  preemptions (sum)
  * All counters live behind metrics_lock; gauges are read from the pool at
  * scrape time. */
 #ifndef STRATA_SERVE_METRICS_H
@@ -47,7 +63,8 @@ void metrics_count_request(metrics *m, const char *endpoint, int status);
 void metrics_add_tokens(metrics *m, int64_t prompt, int64_t generated);
 void metrics_observe_ttft(metrics *m, double seconds);
 void metrics_observe_itl(metrics *m, double seconds, int64_t n_tokens);
-/* The exposition text into out. */
-int metrics_render(metrics *m, const pool_info *pi, sbuf *out);
+/* The exposition text into out; model_name is the vLLM metrics' label
+ * (escaped here). */
+int metrics_render(metrics *m, const pool_info *pi, const char *model_name, sbuf *out);
 
 #endif

@@ -108,6 +108,15 @@ enum pool_submit_result pool_submit(pool *p, sreq *r);
  * when running. Idempotent; r stays valid for the caller. */
 void pool_cancel(pool *p, sreq *r);
 
+/* The KV figures of an engine's latest pong (engine/protocol.h `pong.kv`),
+ * as it sent them: blocks in all, in use by running requests, listed in the
+ * prefix cache; the pool's bytes; prompt tokens looked up in and reused from
+ * the prefix cache, and requests preempted, since that engine started. */
+typedef struct pool_kv_figures {
+    int64_t blocks, used, cached, bytes;
+    int64_t lookup_tokens, hit_tokens, preemptions;
+} pool_kv_figures;
+
 typedef struct pool_replica_info {
     int ready;       /* 1 when routable */
     int in_flight;   /* slots held, cancelled requests included */
@@ -115,6 +124,10 @@ typedef struct pool_replica_info {
     int64_t restarts;
     int64_t n_ctx;
     int embeddings;  /* the engine said it can embed (unknown: 1) */
+    /* kv_known: a pong with kv came from the engine now running (false
+     * before its first one, and from each restart until its next). */
+    bool kv_known;
+    pool_kv_figures kv;
 } pool_replica_info;
 
 #define POOL_MAX_REPLICAS 64

@@ -39,6 +39,8 @@ typedef struct replica {
     bool pg_known;         /* a pong with figures came on this connection */
     int64_t pg_steps;      /* its step count */
     int64_t pg_steps_ns;   /* when a pong first showed that count */
+    bool kv_known;         /* a pong with kv came on this connection */
+    pool_kv_figures kv;    /* the latest one's figures (for /metrics) */
     int backoff_ms;
     int failed_starts;     /* starts in a row that ended before `ready` */
     int64_t restarts;

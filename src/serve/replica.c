@@ -155,6 +155,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
         } else {
             rep->state = REPLICA_READY;
             rep->pg_known = false;
+            rep->kv_known = false; /* a new engine: its figures start again */
             rep->n_usable = m->slots < p->cfg.n_slots ? (int)m->slots : p->cfg.n_slots;
             rep->n_ctx = m->n_ctx;
             rep->last_pong_ns = rep->last_ping_ns = strata_clock_ns();
@@ -168,6 +169,14 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
         int64_t now = strata_clock_ns();
         rep->last_pong_ns = now;
         const proto_pong *pg = m->pong;
+        if (pg != NULL && pg->has_kv && rep->conn_gen == conn_gen) {
+            rep->kv_known = true;
+            rep->kv = (pool_kv_figures){.blocks = pg->kv_blocks, .used = pg->kv_used,
+                                        .cached = pg->kv_cached, .bytes = pg->kv_bytes,
+                                        .lookup_tokens = pg->kv_lookup_tokens,
+                                        .hit_tokens = pg->kv_hit_tokens,
+                                        .preemptions = pg->kv_preemptions};
+        }
         if (pg != NULL && pg->has_progress && rep->conn_gen == conn_gen) {
             if (!rep->pg_known || pg->steps != rep->pg_steps) {
                 rep->pg_known = true;

@@ -376,6 +376,8 @@ void pool_get_info(pool *p, pool_info *out)
         ri->restarts = rep->restarts;
         ri->n_ctx = rep->n_ctx;
         ri->embeddings = 1;
+        ri->kv_known = rep->kv_known && rep->state == REPLICA_READY;
+        ri->kv = rep->kv;
         if (ri->ready) {
             out->n_ready++;
             if (out->n_ctx == 0 || rep->n_ctx < out->n_ctx) out->n_ctx = rep->n_ctx;

@@ -32,7 +32,9 @@
  * per pass of its loop while it has requests (at least every 100 ms, so a
  * SILENT request still shows progress); a step is never running but in
  * WEDGE and LONG_STEP; ms_per_token is FAKE_ENGINE_MS_PER_TOKEN (default
- * 0.5); kv says 16 blocks of which one per live request is used.
+ * 0.5); kv says 16 blocks of which one per live request is used, 3
+ * cached, 1024 bytes, lookup_tokens the prompt tokens of every gen received,
+ * hit_tokens the sum of their cached_n (k % 5), 2 preemptions.
  *
  * Token i of request k is 259 + (k * 31 + i * 17) % 253. Stats are a
  * function of k alone: cached_n k % 5, prompt_ms k * 0.5 + 0.25,
@@ -87,6 +89,7 @@ static bool g_stall_running;    /* ... inside a step (pongs say running) */
 static int64_t g_stall_start_ms, g_stall_until_ms; /* INT64_MAX: for good */
 static int64_t g_stall_tokens;
 static double g_ms_per_token = 0.5;
+static int64_t g_lookup_tokens, g_hit_tokens; /* pong.kv's, summed over gens */
 
 static int64_t now_ms(void)
 {
@@ -165,6 +168,10 @@ static void send_pong(int64_t id, int n_live)
     pg->kv_blocks = 16;
     pg->kv_used = n_live;
     pg->kv_bytes = 1024;
+    pg->kv_cached = 3;
+    pg->kv_lookup_tokens = g_lookup_tokens;
+    pg->kv_hit_tokens = g_hit_tokens;
+    pg->kv_preemptions = 2;
     emit(&pong);
 }
 
@@ -200,6 +207,8 @@ static void on_gen(const proto_msg *m, FILE *log)
         r->k = (int)g->n_tokens;
         r->n = 4;
     }
+    g_lookup_tokens += r->n_prompt;
+    g_hit_tokens += r->k % 5;
     if (log != NULL) {
         fprintf(log, "gen %d\n", r->k);
         fflush(log);

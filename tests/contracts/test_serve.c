@@ -1277,6 +1277,76 @@ static int kill_leftover(void **state)
     return st_kill_leftover(state);
 }
 
+/* /metrics carries each replica's KV figures from its engine's latest pong,
+ * and vLLM's names over all replicas. The fake's figures (fake_engine.c) are
+ * known: 16 blocks, one used per live request, 3 cached, 1024 bytes, the
+ * prompt tokens of its gens looked up and their k % 5 hit, 2 preemptions. */
+static void test_metrics_kv_per_replica(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 1, 8, NULL);
+    int rep = expect_normal_replica(&s, 12, 2); /* 9 prompt tokens, 2 hit */
+    assert_true(rep == 0 || rep == 1);
+    char line[160];
+    snprintf(line, sizeof(line), "strata_prefix_cache_lookup_tokens_total{replica=\"%d\"} 9\n", rep);
+    wait_metric(&s, line); /* a pong after the gen */
+    http_response hr;
+    assert_int_equal(http_do(s.port, "GET", "/metrics", NULL, NULL, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    const char *want[] = {
+        "# TYPE strata_kv_blocks gauge\n",
+        "strata_kv_blocks{replica=\"%d\",state=\"total\"} 16\n",
+        "strata_kv_blocks{replica=\"%d\",state=\"used\"} 0\n",
+        "strata_kv_blocks{replica=\"%d\",state=\"cached\"} 3\n",
+        "strata_kv_bytes{replica=\"%d\"} 1024\n",
+        "# TYPE strata_prefix_cache_hit_tokens_total counter\n",
+        "strata_prefix_cache_hit_tokens_total{replica=\"%d\"} 2\n",
+        "strata_kv_preemptions_total{replica=\"%d\"} 2\n",
+        "vllm:num_requests_waiting{model_name=\"stories260K\"} 0\n",
+        "vllm:num_requests_running{model_name=\"stories260K\"} 0\n",
+        "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0\n",
+        "vllm:prefix_cache_queries_total{model_name=\"stories260K\"} 9\n",
+        "vllm:prefix_cache_hits_total{model_name=\"stories260K\"} 2\n",
+        "vllm:num_preemptions_total{model_name=\"stories260K\"} 4\n", /* 2 per replica */
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char w[200];
+        snprintf(w, sizeof(w), want[i], rep);
+        if (strstr(hr.body, w) == NULL) fail_msg("no `%s` in:\n%s", w, hr.body);
+    }
+    /* the other replica's engine looked up nothing */
+    snprintf(line, sizeof(line), "strata_prefix_cache_lookup_tokens_total{replica=\"%d\"} 0\n", 1 - rep);
+    assert_non_null(strstr(hr.body, line));
+    http_response_free(&hr);
+
+    /* Both slots held and one request queued: usage 2 of 32 blocks. */
+    int fd[3];
+    for (int i = 0; i < 3; i++) {
+        char *b = completion_body(OP_SILENT, 40 + i, 0, 0, 0, "\"stream\":true");
+        fd[i] = http_connect(s.port, 30);
+        assert_true(fd[i] >= 0);
+        assert_int_equal(http_send_request(fd[i], "POST", "/v1/completions", b, NULL), 0);
+        free(b);
+        if (i < 2) {
+            snprintf(line, sizeof(line), "vllm:num_requests_running{model_name=\"stories260K\"} %d\n", i + 1);
+            wait_metric(&s, line);
+        }
+    }
+    wait_metric(&s, "vllm:num_requests_waiting{model_name=\"stories260K\"} 1\n");
+    wait_metric(&s, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0.0625\n");
+    wait_metric(&s, "strata_kv_blocks{replica=\"0\",state=\"used\"} 1\n");
+    wait_metric(&s, "strata_kv_blocks{replica=\"1\",state=\"used\"} 1\n");
+    close(fd[2]); /* the queued one first, so it is dropped, never dispatched */
+    wait_metric(&s, "vllm:num_requests_waiting{model_name=\"stories260K\"} 0\n");
+    close(fd[0]);
+    close(fd[1]);
+    wait_metric(&s, "vllm:num_requests_running{model_name=\"stories260K\"} 0\n");
+    wait_metric(&s, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0\n");
+    srv_stop(&s);
+}
+
+ST_MODEL_TEST(test_metrics_kv_per_replica)
 ST_MODEL_TEST(test_ends_at_eos_and_length)
 ST_MODEL_TEST(test_stream_with_usage)
 ST_MODEL_TEST(test_stop_string)
@@ -1322,6 +1392,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wedged_engine_is_replaced_guard, kill_leftover),
         cmocka_unit_test_teardown(test_long_step_is_not_a_wedge_guard, kill_leftover),
         cmocka_unit_test_teardown(test_real_engine_hang_is_caught_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_metrics_kv_per_replica_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }
