@@ -1,12 +1,17 @@
-/* The paged KV cache: the block pool, its free list and the per-sequence
- * block tables (see kv_cache.h). */
+/* The paged KV cache: the block pool (its two mappings, elastic or
+ * resident), its free list and the per-sequence block tables (see
+ * kv_cache.h). */
 #include "kv_cache.h"
 
+#include "base/clock.h"
 #include "gguf/types.h"
 #include "model/kv_prefix.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <string.h>
@@ -129,9 +134,16 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
 
     size_t k_bytes = (size_t)kv->n_layer * (size_t)kv->n_blocks * kv->k_block_bytes;
     size_t v_bytes = (size_t)kv->n_layer * (size_t)kv->n_blocks * kv->v_block_bytes;
-    /* Zeroed so that rows nobody wrote yet read as finite zeros. */
-    kv->k = calloc(k_bytes, 1);
-    kv->v = calloc(v_bytes, 1);
+    /* Anonymous mappings read as zeros, so rows nobody wrote yet are
+     * finite; reserved, not committed: a page costs memory once written. */
+    kv->k_map_bytes = k_bytes;
+    kv->v_map_bytes = v_bytes;
+    kv->k = mmap(NULL, k_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+    kv->v = mmap(NULL, v_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+    if (kv->k == MAP_FAILED) kv->k = NULL;
+    if (kv->v == MAP_FAILED) kv->v = NULL;
     kv->refcount = calloc((size_t)kv->n_blocks, sizeof(int32_t));
     kv->free_ids = malloc((size_t)kv->n_blocks * sizeof(int32_t));
     kv->seqs = calloc((size_t)kv->n_seq_max, sizeof(kv_seq));
@@ -147,10 +159,8 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
     for (int s = 0; s < kv->n_seq_max; s++) {
         kv->seqs[s].blocks = tables + (size_t)s * (size_t)kv->max_blocks_per_seq;
     }
-    /* Free list as a stack, lowest ids on top, so a fresh cache hands out
-     * blocks 0, 1, 2, ... (easier to read in a debugger; nothing depends
-     * on it). */
-    for (int32_t i = 0; i < kv->n_blocks; i++) kv->free_ids[i] = kv->n_blocks - 1 - i;
+    /* A sorted array is a valid min-heap. */
+    for (int32_t i = 0; i < kv->n_blocks; i++) kv->free_ids[i] = i;
     kv->n_free = kv->n_blocks;
     *out = kv;
     return 0;
@@ -164,9 +174,170 @@ void kv_cache_free(kv_cache *kv)
     free(kv->seqs);
     free(kv->free_ids);
     free(kv->refcount);
-    free(kv->k);
-    free(kv->v);
+    if (kv->k != NULL) munmap(kv->k, kv->k_map_bytes);
+    if (kv->v != NULL) munmap(kv->v, kv->v_map_bytes);
+    free(kv->step_held);
+    free(kv->step_free_since);
+    free(kv->step_committed);
     free(kv);
+}
+
+/* ---- the free list (a min-heap) and the steps' figures ---- */
+
+static void heap_push(kv_cache *kv, int32_t id)
+{
+    int32_t *h = kv->free_ids;
+    int32_t i = kv->n_free++;
+    while (i > 0 && h[(i - 1) / 2] > id) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = id;
+}
+
+static int32_t heap_pop(kv_cache *kv)
+{
+    int32_t *h = kv->free_ids;
+    int32_t top = h[0], last = h[--kv->n_free];
+    int32_t i = 0, n = kv->n_free;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= last) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (n > 0) h[i] = last;
+    return top;
+}
+
+int32_t kv_block_alloc(kv_cache *kv)
+{
+    assert(kv->n_free > 0);
+    int32_t id = heap_pop(kv);
+    assert(kv->refcount[id] == 0);
+    kv->refcount[id] = 1;
+    if (kv->step_blocks > 0) {
+        int32_t st = id / kv->step_blocks;
+        kv->step_held[st]++;
+        kv->step_committed[st] = 1;
+    }
+    return id;
+}
+
+void kv_block_free(kv_cache *kv, int32_t id)
+{
+    assert(kv->refcount[id] == 0 && kv->n_free < kv->n_blocks);
+    heap_push(kv, id);
+    if (kv->step_blocks > 0) {
+        int32_t st = id / kv->step_blocks;
+        assert(kv->step_held[st] > 0);
+        if (--kv->step_held[st] == 0) kv->step_free_since[st] = strata_clock_ms();
+    }
+}
+
+int kv_pool_set_elastic(kv_cache *kv, int32_t step_blocks, int32_t resident_blocks,
+                        double hold_ms, strata_err *err)
+{
+    if (step_blocks <= 0 || resident_blocks < 0 || !(hold_ms >= 0)) {
+        return strata_err_set(err, STRATA_EINVAL, "KV pool: step %" PRId32 " blocks, resident %"
+                              PRId32 ", hold %.0f ms", step_blocks, resident_blocks, hold_ms);
+    }
+    if (step_blocks > kv->n_blocks) step_blocks = kv->n_blocks;
+    int32_t n_steps = (kv->n_blocks + step_blocks - 1) / step_blocks;
+    int32_t *held = calloc((size_t)n_steps, sizeof(int32_t));
+    double *since = calloc((size_t)n_steps, sizeof(double));
+    uint8_t *committed = calloc((size_t)n_steps, 1);
+    if (held == NULL || since == NULL || committed == NULL) {
+        free(held);
+        free(since);
+        free(committed);
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    double now = strata_clock_ms();
+    for (int32_t b = 0; b < kv->n_blocks; b++) {
+        if (kv->refcount[b] > 0) held[b / step_blocks]++;
+    }
+    for (int32_t st = 0; st < n_steps; st++) {
+        since[st] = now;
+        committed[st] = held[st] > 0;
+    }
+    free(kv->step_held);
+    free(kv->step_free_since);
+    free(kv->step_committed);
+    kv->step_held = held;
+    kv->step_free_since = since;
+    kv->step_committed = committed;
+    kv->step_blocks = step_blocks;
+    kv->n_steps = n_steps;
+    int64_t rs = ((int64_t)resident_blocks + step_blocks - 1) / step_blocks;
+    kv->resident_steps = (int32_t)(rs < n_steps ? rs : n_steps);
+    kv->hold_ms = hold_ms;
+    return 0;
+}
+
+/* MADV_DONTNEED over the whole pages inside [p, p + n): a page shared with
+ * a neighbouring step stays (rounding inward never drops another's rows). */
+static void release_range(uint8_t *p, size_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + n) / page * page;
+    if (hi <= lo) return;
+    while (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0 && errno == EINTR) {
+    }
+}
+
+static void step_release(kv_cache *kv, int32_t st)
+{
+    int32_t b0 = st * kv->step_blocks;
+    int32_t nb = kv->n_blocks - b0 < kv->step_blocks ? kv->n_blocks - b0 : kv->step_blocks;
+    for (int64_t l = 0; l < kv->n_layer; l++) {
+        release_range(kv_k_block(kv, l, b0, 0), (size_t)nb * kv->k_block_bytes);
+        release_range(kv_v_block(kv, l, b0, 0), (size_t)nb * kv->v_block_bytes);
+    }
+    kv->step_committed[st] = 0;
+    kv->n_trimmed++;
+}
+
+int32_t kv_pool_trim(kv_cache *kv, double now_ms)
+{
+    int32_t n = 0;
+    for (int32_t st = kv->resident_steps; st < kv->n_steps; st++) {
+        if (kv->step_committed[st] && kv->step_held[st] == 0 &&
+            now_ms - kv->step_free_since[st] >= kv->hold_ms) {
+            step_release(kv, st);
+            n++;
+        }
+    }
+    return n;
+}
+
+double kv_pool_next_trim_ms(const kv_cache *kv, double now_ms)
+{
+    double best = -1.0;
+    for (int32_t st = kv->resident_steps; st < kv->n_steps; st++) {
+        if (!kv->step_committed[st] || kv->step_held[st] != 0) continue;
+        double left = kv->step_free_since[st] + kv->hold_ms - now_ms;
+        if (left < 0) left = 0;
+        if (best < 0 || left < best) best = left;
+    }
+    return best;
+}
+
+int32_t kv_pool_committed_steps(const kv_cache *kv)
+{
+    int32_t n = 0;
+    for (int32_t st = 0; st < kv->n_steps; st++) n += kv->step_committed[st] || st < kv->resident_steps;
+    return n;
+}
+
+void kv_pool_prefault(kv_cache *kv)
+{
+    /* the rows are zeros already; writing zeros commits the pages */
+    memset(kv->k, 0, kv->k_map_bytes);
+    memset(kv->v, 0, kv->v_map_bytes);
+    kv->resident_steps = kv->n_steps;
 }
 
 static kv_seq *seq_get(const kv_cache *kv, int32_t seq_id)
@@ -180,8 +351,7 @@ static void block_release(kv_cache *kv, int32_t id)
 {
     assert(kv->refcount[id] > 0);
     if (--kv->refcount[id] == 0) {
-        assert(kv->n_free < kv->n_blocks);
-        kv->free_ids[kv->n_free++] = id;
+        kv_block_free(kv, id);
     } else if (kv->refcount[id] == 1 && kv->prefix != NULL) {
         kv_prefix_on_unref(kv, id); /* idle when only the index holds it */
     }
@@ -267,10 +437,7 @@ int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err)
         /* idle cached blocks count as free: the oldest goes when no
          * other is left */
         if (kv->n_free == 0) kv_prefix_evict_one(kv);
-        int32_t id = kv->free_ids[--kv->n_free];
-        assert(kv->refcount[id] == 0);
-        kv->refcount[id] = 1;
-        s->blocks[s->n_blocks++] = id;
+        s->blocks[s->n_blocks++] = kv_block_alloc(kv);
     }
     s->n_pos = n_pos;
     return 0;

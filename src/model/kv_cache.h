@@ -28,6 +28,20 @@
  * evicted, least recently used first, when a sequence needs a block and
  * the free list is empty.
  *
+ * Memory (elastic or resident). The pool's keys and values are one
+ * anonymous mapping each, reserved for the whole pool (MAP_NORESERVE), so
+ * a page costs memory only once a block's rows are written. The free list
+ * is a min-heap: the lowest free block id is taken first, so blocks in use
+ * crowd into the low ids and high ones empty out. With kv_pool_set_elastic
+ * the blocks are grouped in steps of step_blocks; a step none of whose
+ * blocks has been held (refcount > 0) for hold_ms is given back to the
+ * operating system by kv_pool_trim (madvise MADV_DONTNEED over its range
+ * in every layer: the pages read as zeros when touched again, as fresh
+ * ones), except the first resident_blocks' steps, never given back. A
+ * block the prefix cache keeps (idle, refcount 1) holds its step: the
+ * cache's budget bounds what stays committed that way. kv_pool_prefault
+ * writes every page at once and turns trimming off: the resident profile.
+ *
  * Threads: not thread-safe; the forward pass's owner thread calls the
  * mutating functions between passes, and worker threads only read rows
  * of blocks or write rows of positions no other thread writes. */
@@ -78,8 +92,16 @@ typedef struct kv_cache {
     uint8_t *k;            /* (n_layer, n_blocks, n_head_kv, block_tokens, head_dim) of type */
     uint8_t *v;            /* (n_layer, n_blocks, n_head_kv, block_tokens, head_dim_v) of type */
     int32_t *refcount;     /* (n_blocks) */
-    int32_t *free_ids;     /* (n_blocks) stack of free block ids; first n_free valid */
+    int32_t *free_ids;     /* (n_blocks) min-heap of free block ids; first n_free valid */
     int32_t n_free;
+    size_t k_map_bytes, v_map_bytes; /* the two mappings */
+    /* elastic memory (kv_pool_set_elastic); step_blocks 0: never trimmed */
+    int32_t step_blocks, n_steps, resident_steps;
+    double hold_ms;
+    int32_t *step_held;        /* (n_steps) blocks of the step with refcount > 0 */
+    double *step_free_since;   /* (n_steps) ms when step_held last went to 0 */
+    uint8_t *step_committed;   /* (n_steps) a block was taken since its last release */
+    int64_t n_trimmed;         /* steps given back since start */
     int n_seq_max;
     kv_seq *seqs;          /* (n_seq_max) */
     struct kv_prefix *prefix; /* the prefix cache's index (kv_prefix.h); NULL: off */
@@ -131,6 +153,31 @@ int32_t kv_seq_blocks_needed(const kv_cache *kv, int32_t seq_id, int64_t n_pos);
  * n_pos is past what one sequence may hold. */
 int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err);
 
+/* Makes the pool elastic: steps of step_blocks blocks (>= 1), the steps
+ * that hold the first resident_blocks blocks are never given back, and a
+ * step whose blocks all stay free for hold_ms (>= 0) is given back by
+ * kv_pool_trim. Steps count as committed from now on as they are used.
+ * Errors: STRATA_EINVAL for bad values, STRATA_ENOMEM. */
+int kv_pool_set_elastic(kv_cache *kv, int32_t step_blocks, int32_t resident_blocks,
+                        double hold_ms, strata_err *err);
+
+/* Gives back to the operating system the steps that have been free for
+ * the hold time as of now_ms (base/clock.h's milliseconds) and were used
+ * since they were last given back. Returns how many it gave back; 0 when
+ * the pool is not elastic. */
+int32_t kv_pool_trim(kv_cache *kv, double now_ms);
+
+/* The milliseconds from now_ms until the next step kv_pool_trim would give
+ * back; -1 when none is due (nothing free and committed, or not elastic). */
+double kv_pool_next_trim_ms(const kv_cache *kv, double now_ms);
+
+/* Steps committed (used since last given back, or resident). */
+int32_t kv_pool_committed_steps(const kv_cache *kv);
+
+/* Writes every page of the pool now (so it is resident from the start)
+ * and turns trimming off. */
+void kv_pool_prefault(kv_cache *kv);
+
 /* Free blocks in the pool: on the free list, plus the idle cached blocks
  * that taking a block would evict (kv_prefix.h). */
 int32_t kv_free_blocks(const kv_cache *kv);
@@ -155,5 +202,11 @@ static inline uint8_t *kv_v_block(const kv_cache *kv, int64_t layer, int32_t blo
  * active sequence, for one layer and KV head. */
 uint8_t *kv_k_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head);
 uint8_t *kv_v_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos, int64_t head);
+
+/* For kv_prefix.c: takes the lowest free block (the list must not be
+ * empty), its refcount set to 1; gives back a block whose refcount the
+ * caller set to 0. Both keep the steps' figures. */
+int32_t kv_block_alloc(kv_cache *kv);
+void kv_block_free(kv_cache *kv, int32_t id);
 
 #endif

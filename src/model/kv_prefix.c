@@ -188,8 +188,7 @@ bool kv_prefix_evict_one(kv_cache *kv)
     lru_unlink(p, b);
     index_remove(kv, b);
     kv->refcount[b] = 0;
-    assert(kv->n_free < kv->n_blocks);
-    kv->free_ids[kv->n_free++] = b;
+    kv_block_free(kv, b);
     p->evictions++;
     return true;
 }
@@ -259,8 +258,7 @@ static int make_private(kv_cache *kv, kv_seq *s, int32_t idx, strata_err *err)
     int32_t b = s->blocks[idx];
     if (kv->n_free == 0) kv_prefix_evict_one(kv); /* b is held, so never b */
     if (kv->n_free > 0) {
-        int32_t nb = kv->free_ids[--kv->n_free];
-        assert(kv->refcount[nb] == 0);
+        int32_t nb = kv_block_alloc(kv);
         for (int64_t l = 0; l < kv->n_layer; l++) {
             memcpy(kv_k_block(kv, l, nb, 0), kv_k_block(kv, l, b, 0), kv->k_block_bytes);
             memcpy(kv_v_block(kv, l, nb, 0), kv_v_block(kv, l, b, 0), kv->v_block_bytes);
