@@ -10,11 +10,13 @@
  * timed run rewinds the sequence to DEPTH and runs the test from there
  * (the rows below DEPTH are the same every time, so this measures what a
  * fresh prefill would, without paying for it per repetition).
- * Several depths and KV types run in one invocation, so they are measured
- * side by side under the same machine load. Token ids are drawn from a
+ * Several depths and KV types run in one invocation, one context per type
+ * pair, and the repetitions alternate between the types, so they are
+ * measured side by side under the same machine load. Token ids are drawn from a
  * fixed seed, so every run feeds the same input. One warm-up run of each
  * test comes first (page faults on the mapped weights, caches); then REPS
- * timed runs, reported as mean ± standard deviation. */
+ * timed runs, reported as mean ± standard deviation (and, in JSON, the
+ * median, which a noisy machine's outliers move less). */
 #include "cli.h"
 
 #include "base/clock.h"
@@ -161,6 +163,18 @@ static int parse_type_list(const char *opt, const char *v, uint32_t *out, int *n
     return 0;
 }
 
+/* The median of v[0..n) (sorts v). */
+static double median_of(double *v, int n)
+{
+    for (int i = 1; i < n; i++) { /* insertion sort: n is a few repetitions */
+        double x = v[i];
+        int j = i - 1;
+        for (; j >= 0 && v[j] > x; j--) v[j + 1] = v[j];
+        v[j + 1] = x;
+    }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static void mean_sd(const double *v, int n, double *mean, double *sd)
 {
     double s = 0, q = 0;
@@ -264,9 +278,9 @@ int cmd_bench(int argc, char **argv)
     r.pos = malloc((size_t)n_max * sizeof(int32_t));
     r.want = malloc((size_t)n_max);
     r.logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    double *secs = malloc((size_t)reps * sizeof(double));
-    double *tps = malloc((size_t)reps * sizeof(double));
-    if (!r.tokens || !r.seq_ids || !r.pos || !r.want || !r.logits || !secs || !tps) {
+    /* (type pair, repetition) rates */
+    double *tps = malloc((size_t)(BENCH_MAX_LIST * BENCH_MAX_LIST) * (size_t)reps * sizeof(double));
+    if (!r.tokens || !r.seq_ids || !r.pos || !r.want || !r.logits || !tps) {
         rc = strata_err_set(&err, STRATA_ENOMEM, "out of memory");
         fprintf(stderr, "strata bench: %s\n", err.msg);
     } else {
@@ -298,68 +312,86 @@ int cmd_bench(int argc, char **argv)
                    "-----------:", "------:", "-----:", "-----:", "-------------:",
                    "---------------:");
         }
-        /* every K x V pair, or the pairs of --kv-type */
+        /* every K x V pair, or the pairs of --kv-type; one context each, all
+         * open at once so that repetitions alternate between them */
         const int n_combo = paired ? n_ctk : n_ctk * n_ctv;
+        model_ctx *ctxs[BENCH_MAX_LIST * BENCH_MAX_LIST] = {0};
+        uint32_t kts[BENCH_MAX_LIST * BENCH_MAX_LIST], vts[BENCH_MAX_LIST * BENCH_MAX_LIST];
         for (int c = 0; c < n_combo && rc == 0; c++) {
-            const uint32_t kt = ctk[paired ? c : c / n_ctv], vt = ctv[paired ? c : c % n_ctv];
+            kts[c] = ctk[paired ? c : c / n_ctv];
+            vts[c] = ctv[paired ? c : c % n_ctv];
             model_ctx_params cp = {.n_ctx = n_max, .n_seq_max = 1, .n_batch = n_batch,
-                                   .n_threads = (int)n_threads, .k_type = kt, .v_type = vt};
-            if (model_ctx_init(&r.ctx, m, &cp, &err) != 0) {
+                                   .n_threads = (int)n_threads, .k_type = kts[c],
+                                   .v_type = vts[c]};
+            if (model_ctx_init(&ctxs[c], m, &cp, &err) != 0) {
                 fprintf(stderr, "strata bench: %s\n", err.msg);
                 rc = 1;
-                break;
             }
-            for (int id = 0; id < n_depths && rc == 0; id++) {
-                const int64_t depth = depths[id];
-                for (int test = 0; test < 2 && rc == 0; test++) {
-                    int64_t n = test == 0 ? n_prompt : n_gen;
-                    if (n == 0) continue;
-                    double w = test == 0 ? run_pp(&r, depth, n < 32 ? n : 32, &err)
-                                         : run_tg(&r, depth, 4, &err);
-                    for (int k = 0; k < reps && w >= 0; k++) {
-                        secs[k] = test == 0 ? run_pp(&r, depth, n, &err)
-                                            : run_tg(&r, depth, n, &err);
-                        if (secs[k] < 0) w = -1;
-                        else tps[k] = (double)n / secs[k];
+        }
+        for (int id = 0; id < n_depths && rc == 0; id++) {
+            const int64_t depth = depths[id];
+            for (int test = 0; test < 2 && rc == 0; test++) {
+                int64_t n = test == 0 ? n_prompt : n_gen;
+                if (n == 0) continue;
+                /* a warm-up per type, then repetition k of every type before
+                 * repetition k + 1 of any: a change in the machine's load
+                 * hits all types alike */
+                double w = 0;
+                for (int c = 0; c < n_combo && w >= 0; c++) {
+                    r.ctx = ctxs[c];
+                    w = test == 0 ? run_pp(&r, depth, n < 32 ? n : 32, &err)
+                                  : run_tg(&r, depth, 4, &err);
+                }
+                for (int k = 0; k < reps && w >= 0; k++) {
+                    for (int c = 0; c < n_combo && w >= 0; c++) {
+                        r.ctx = ctxs[c];
+                        double sec = test == 0 ? run_pp(&r, depth, n, &err)
+                                               : run_tg(&r, depth, n, &err);
+                        if (sec < 0) w = -1;
+                        else tps[(size_t)c * (size_t)reps + (size_t)k] = (double)n / sec;
                     }
-                    if (w < 0) {
-                        fprintf(stderr, "strata bench: %s\n", err.msg);
-                        rc = 1;
-                        break;
-                    }
+                }
+                r.ctx = NULL;
+                if (w < 0) {
+                    fprintf(stderr, "strata bench: %s\n", err.msg);
+                    rc = 1;
+                    break;
+                }
+                char test_name[48];
+                int len = snprintf(test_name, sizeof(test_name), "%s%" PRId64,
+                                   test == 0 ? "pp" : "tg", n);
+                if (depth > 0) {
+                    snprintf(test_name + len, sizeof(test_name) - (size_t)len, " @ d%" PRId64,
+                             depth);
+                }
+                for (int c = 0; c < n_combo; c++) {
+                    double *v = tps + (size_t)c * (size_t)reps;
                     double mean, sd;
-                    mean_sd(tps, (int)reps, &mean, &sd);
-                    char test_name[48];
-                    int len = snprintf(test_name, sizeof(test_name), "%s%" PRId64,
-                                       test == 0 ? "pp" : "tg", n);
-                    if (depth > 0) {
-                        snprintf(test_name + len, sizeof(test_name) - (size_t)len,
-                                 " @ d%" PRId64, depth);
-                    }
-                    const char *tk = kt == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
-                    const char *tv = vt == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
+                    mean_sd(v, (int)reps, &mean, &sd);
+                    const double median = median_of(v, (int)reps);
+                    const char *tk = kts[c] == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
+                    const char *tv = vts[c] == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
                     if (as_json) {
                         printf("{\"model\": \"%s\", \"size_bytes\": %" PRIu64
                                ", \"threads\": %" PRId64 ", \"type_k\": \"%s\", "
                                "\"type_v\": \"%s\", \"test\": \"%s\", \"n_tokens\": %" PRId64
                                ", \"n_depth\": %" PRId64 ", \"reps\": %" PRId64
-                               ", \"tokens_per_second\": %.3f, \"stddev\": %.3f}\n",
+                               ", \"tokens_per_second\": %.3f, \"stddev\": %.3f"
+                               ", \"median\": %.3f}\n",
                                path, s.tensor_bytes, n_threads, tk, tv, test_name, n, depth,
-                               reps, mean, sd);
+                               reps, mean, sd, median);
                     } else {
                         char rate[48];
                         snprintf(rate, sizeof(rate), "%.2f ± %.2f", mean, sd);
                         printf("| %-24s | %12s | %7" PRId64 " | %6s | %6s | %14s | %16s |\n",
                                model_desc, size_desc, n_threads, tk, tv, test_name, rate);
                     }
-                    fflush(stdout);
                 }
+                fflush(stdout);
             }
-            model_ctx_free(r.ctx);
-            r.ctx = NULL;
         }
+        for (int c = 0; c < n_combo; c++) model_ctx_free(ctxs[c]);
     }
-    free(secs);
     free(tps);
     model_ctx_free(r.ctx);
     model_close(m);
