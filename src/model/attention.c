@@ -1,14 +1,17 @@
 /* Attention over the paged KV cache with an online softmax (see
  * attention.h for the math and the invariance argument).
  *
- * Per (token, KV head) item, each block of the sequence is widened from
- * F16 to float32 once (keys and values) and then used by every query head
+ * Per (token, KV head) item, each block of F16 rows is widened to float32
+ * once (keys and values) and then used by every query head
  * of the group, so grouped-query attention reads each cached row once per
  * token. Dot products go through tensor_dot_f32 (a fixed reduction order,
  * the same in every SIMD variant); the exponentials through tensor_exp
  * (element-wise, independent of n); the value accumulation is an
  * element-wise multiply-add, so nothing here depends on how many rows a
  * block holds beyond the rows themselves.
+ *
+ * Q8_0 rows go through tensor/attn_q8.h's kernels instead (integer
+ * scores per block, values from their codes), chosen per row type.
  *
  * The two kernels here have a scalar reference and an AVX2 variant that
  * give the same bits: the F16 -> F32 widening is exact in both (F16C

@@ -18,8 +18,16 @@
  * only on q[t][h], p and the cached rows of positions 0..p (the block
  * partition is by position, so it is the sequence's own), never on the
  * other tokens of the batch or the thread split. Keys and values are read
- * back from the cache (F16) even for the batch's own tokens, so a token
- * sees the same values whether its context came in this batch or earlier.
+ * back from the cache (F16 or Q8_0 rows) even for the batch's own tokens,
+ * so a token sees the same values whether its context came in this batch
+ * or earlier.
+ *
+ * Q8_0 rows (tensor/attn_q8.h) are used as int8 codes, never widened to a
+ * float block first: the query of each head is quantized to Q8_0 per
+ * 32-block of head_dim (from q alone), a score is the sum over blocks of
+ * the exact integer dot product times both scales, and a value row adds
+ * (p_j * d_j) * code to the accumulator, rows in position order. Keys and
+ * values may differ in type (F16 keys with Q8_0 values and the reverse).
  *
  * Threads: the (token, KV head) items are dealt out to the pool's threads
  * round-robin; each item writes only its own heads of `out`. */
