@@ -1,5 +1,6 @@
 /* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]
- * [--kv-max N | --kv-max-mib M] [--prefix-cache-mib M] [--prefix-min-tokens T]`:
+ * [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N] [--kv-hold-ms MS]
+ * [--kv-resident N] [--prefix-cache-mib M] [--prefix-min-tokens T]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -30,7 +31,8 @@ static void engine_usage(FILE *f)
 {
     fprintf(f,
             "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n"
-            "                     [--kv-max N | --kv-max-mib M]\n"
+            "                     [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N]\n"
+            "                     [--kv-hold-ms MS] [--kv-resident N]\n"
             "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
@@ -44,6 +46,13 @@ static void engine_usage(FILE *f)
             "                      one is preempted (it resumes later, same output); a\n"
             "                      request that cannot fit even alone gets an error\n"
             "  --kv-max-mib M      the same in MiB of KV blocks\n"
+            "  --kv-step N         the pool is elastic: memory is committed as blocks are\n"
+            "                      written and given back in steps of N positions\n"
+            "                      (default %d) once a step has been free for\n"
+            "  --kv-hold-ms MS     milliseconds (default %d; 0: at once)\n"
+            "  --kv-init N         positions kept committed whatever (default: one step)\n"
+            "  --kv-resident N     instead: a pool of N positions allocated at start and never\n"
+            "                      shrunk (for a machine that runs only this engine)\n"
             "  -t, --threads N     threads of the forward pass (default: the CPUs)\n"
             "  --kv-type T         KV cache rows: f16 (default) or q8_0 (about half the\n"
             "                      memory; needs a head size that is a multiple of 32)\n"
@@ -57,7 +66,8 @@ static void engine_usage(FILE *f)
             "                      (default: one block, 32)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
-            ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_BATCH);
+            ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_KV_STEP,
+            ENGINE_DEFAULT_KV_HOLD_MS, ENGINE_DEFAULT_BATCH);
 }
 
 static int parse_int(const char *opt, const char *v, long long lo, long long hi, long long *out)
@@ -82,6 +92,7 @@ int cmd_engine(int argc, char **argv)
     uint32_t kv_type = 0; /* F16 */
     long long cache_mib = -1, min_tokens = 0; /* -1: the whole pool */
     long long kv_max = 0, kv_max_mib = 0;     /* 0: the default pool */
+    long long kv_init = 0, kv_step = 0, kv_hold = -1, kv_resident = 0; /* defaults */
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -108,6 +119,14 @@ int cmd_engine(int argc, char **argv)
             rc = parse_int(a, v, 1, (1LL << 31) - 4096, &kv_max);
         } else if (strcmp(a, "--kv-max-mib") == 0) {
             rc = parse_int(a, v, 1, 1LL << 26, &kv_max_mib);
+        } else if (strcmp(a, "--kv-init") == 0) {
+            rc = parse_int(a, v, 1, (1LL << 31) - 4096, &kv_init);
+        } else if (strcmp(a, "--kv-step") == 0) {
+            rc = parse_int(a, v, 1, (1LL << 31) - 4096, &kv_step);
+        } else if (strcmp(a, "--kv-hold-ms") == 0) {
+            rc = parse_int(a, v, 0, 1LL << 40, &kv_hold);
+        } else if (strcmp(a, "--kv-resident") == 0) {
+            rc = parse_int(a, v, 1, (1LL << 31) - 4096, &kv_resident);
         } else if (strcmp(a, "--batch") == 0) {
             rc = parse_int(a, v, 1, 1 << 20, &batch);
         } else if (strcmp(a, "--prefix-cache-mib") == 0) {
@@ -123,6 +142,16 @@ int cmd_engine(int argc, char **argv)
     }
     if (path == NULL) {
         engine_usage(stderr);
+        return 2;
+    }
+    if (kv_max > 0 && kv_max_mib > 0) {
+        fprintf(stderr, "strata engine: --kv-max and --kv-max-mib both size the pool: give one\n");
+        return 2;
+    }
+    if (kv_resident > 0 && (kv_max > 0 || kv_max_mib > 0 || kv_init > 0 || kv_step > 0 ||
+                            kv_hold >= 0)) {
+        fprintf(stderr, "strata engine: --kv-resident sizes a pool that never shrinks; it "
+                        "takes no --kv-max, --kv-max-mib, --kv-init, --kv-step or --kv-hold-ms\n");
         return 2;
     }
     /* The fault-injection hook of protocol.h, for tests of the server's
@@ -148,7 +177,9 @@ int cmd_engine(int argc, char **argv)
                            .no_prefix_cache = cache_mib == 0,
                            .prefix_cache_bytes = cache_mib > 0 ? (int64_t)cache_mib << 20 : 0,
                            .prefix_min_tokens = min_tokens, .kv_max_tokens = kv_max,
-                           .kv_max_bytes = (int64_t)kv_max_mib << 20};
+                           .kv_max_bytes = (int64_t)kv_max_mib << 20,
+                           .kv_resident_tokens = kv_resident, .kv_init_tokens = kv_init,
+                           .kv_step_tokens = kv_step, .kv_hold_ms = kv_hold};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {
@@ -163,6 +194,16 @@ int cmd_engine(int argc, char **argv)
                  (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0),
                  ready.u.ready.kv_prefix_cache ? "on" : "off",
                  (double)ready.u.ready.kv_cache_bytes / (1024.0 * 1024.0));
+        const proto_ready *rr = &ready.u.ready;
+        if (rr->kv_resident) {
+            LOG_INFO("engine: KV pool resident: %" PRId64 " positions, all allocated now",
+                     rr->kv_max_tokens);
+        } else {
+            LOG_INFO("engine: KV pool elastic: at most %" PRId64 " positions (%.1f MiB), %" PRId64
+                     " kept, steps of %" PRId64 " given back after %" PRId64 " ms free",
+                     rr->kv_max_tokens, (double)rr->kv_bytes / (1024.0 * 1024.0),
+                     rr->kv_init_tokens, rr->kv_step_tokens, rr->kv_hold_ms);
+        }
         rc = engine_serve(e, STDIN_FILENO, STDOUT_FILENO, 0, &err);
     }
     if (rc != 0) fprintf(stderr, "strata engine: %s\n", err.msg);

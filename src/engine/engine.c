@@ -102,6 +102,8 @@ struct engine {
     int64_t n_pool_tokens;    /* positions of the shared pool (n_blocks x block_tokens) */
     int64_t n_limit;          /* a request's positions at most: min(n_ctx, n_pool_tokens) */
     int64_t n_preemptions;    /* since start (scheduler's; pg_preemptions is the copy) */
+    bool kv_resident;         /* the pool's profile, for `ready` (engine.h "Memory") */
+    int64_t kv_init_tokens, kv_step_tokens, kv_hold_ms;
     engine_end_fn on_end;     /* engine_set_end_hook */
     void *on_end_ctx;
     int64_t hang_at_step;     /* test hook (engine_params) */
@@ -117,7 +119,10 @@ struct engine {
     int64_t pg_kv_cached;     /* blocks listed in the prefix cache, then */
     int64_t pg_lookup_tokens, pg_hit_tokens; /* the prefix cache's, then */
     int64_t pg_preemptions;
+    int64_t pg_committed_bytes; /* the pool's, then */
 };
+
+static int64_t committed_bytes(const engine *e);
 
 /* ---- set-up ---- */
 
@@ -161,10 +166,11 @@ static proto_pooling load_pooling(const model *m)
 int64_t engine_pool_tokens(const model *m, const engine_params *p, int n_slots, int64_t n_ctx)
 {
     const int64_t bt = KV_BLOCK_TOKENS;
-    if (p->kv_max_tokens < 0 || p->kv_max_bytes < 0) return 0;
-    if (p->kv_max_tokens > 0) {
-        if (p->kv_max_tokens > ((int64_t)1 << 31) - 4096) return 0;
-        return (p->kv_max_tokens + bt - 1) / bt * bt;
+    if (p->kv_max_tokens < 0 || p->kv_max_bytes < 0 || p->kv_resident_tokens < 0) return 0;
+    int64_t want = p->kv_resident_tokens > 0 ? p->kv_resident_tokens : p->kv_max_tokens;
+    if (want > 0) {
+        if (want > ((int64_t)1 << 31) - 4096) return 0;
+        return (want + bt - 1) / bt * bt;
     }
     /* one block's bytes, from the geometry the model context will use */
     kv_cache_params kp = {.n_layer = m->hp.n_layer, .n_head_kv = m->hp.n_head_kv,
@@ -247,6 +253,31 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->kv_bytes = (int64_t)e->kv->n_blocks * block_bytes;
     e->n_pool_tokens = (int64_t)e->kv->n_blocks * e->kv->block_tokens;
     e->n_limit = n_ctx < e->n_pool_tokens ? n_ctx : e->n_pool_tokens;
+    const int64_t bt = e->kv->block_tokens;
+    if (p->kv_resident_tokens > 0) {
+        e->kv_resident = true;
+        kv_pool_prefault(e->kv);
+        e->kv_init_tokens = e->kv_step_tokens = e->n_pool_tokens;
+    } else {
+        int64_t step = p->kv_step_tokens > 0 ? p->kv_step_tokens : ENGINE_DEFAULT_KV_STEP;
+        int64_t step_blocks = (step + bt - 1) / bt;
+        if (step_blocks > e->kv->n_blocks) step_blocks = e->kv->n_blocks;
+        int64_t init = p->kv_init_tokens > 0 ? p->kv_init_tokens : step_blocks * bt;
+        int64_t init_blocks = (init + bt - 1) / bt;
+        if (init_blocks > e->kv->n_blocks) init_blocks = e->kv->n_blocks;
+        e->kv_hold_ms = p->kv_hold_ms >= 0 ? p->kv_hold_ms : ENGINE_DEFAULT_KV_HOLD_MS;
+        rc = kv_pool_set_elastic(e->kv, (int32_t)step_blocks, (int32_t)init_blocks,
+                                 (double)e->kv_hold_ms, err);
+        if (rc != 0) {
+            model_ctx_free(e->ctx);
+            pthread_mutex_destroy(&e->progress_lock);
+            free(e);
+            return rc;
+        }
+        e->kv_step_tokens = step_blocks * bt;
+        e->kv_init_tokens = (int64_t)e->kv->resident_steps * e->kv->step_blocks * bt;
+        if (e->kv_init_tokens > e->n_pool_tokens) e->kv_init_tokens = e->n_pool_tokens;
+    }
     e->prefix_on = !p->no_prefix_cache;
     e->prefix_min_tokens = p->prefix_min_tokens > e->kv->block_tokens ? p->prefix_min_tokens
                                                                       : e->kv->block_tokens;
@@ -283,6 +314,7 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     }
     load_eog(e);
     e->model_pooling = load_pooling(m);
+    e->pg_committed_bytes = committed_bytes(e);
     *out = e;
     return 0;
 }
@@ -349,6 +381,11 @@ void engine_ready(const engine *e, proto_msg *out)
         r->kv_cache_bytes = e->cache_blocks * (e->kv_bytes / kv->n_blocks);
         r->kv_cache_min_tokens = e->prefix_min_tokens;
     }
+    r->kv_max_tokens = e->n_pool_tokens;
+    r->kv_init_tokens = e->kv_init_tokens;
+    r->kv_step_tokens = e->kv_step_tokens;
+    r->kv_hold_ms = e->kv_hold_ms;
+    r->kv_resident = e->kv_resident;
 }
 
 void engine_get_progress(engine *e, proto_pong *out)
@@ -374,6 +411,7 @@ void engine_get_progress(engine *e, proto_pong *out)
     out->kv_lookup_tokens = e->pg_lookup_tokens;
     out->kv_hit_tokens = e->pg_hit_tokens;
     out->kv_preemptions = e->pg_preemptions;
+    out->kv_committed_bytes = e->pg_committed_bytes;
     pthread_mutex_unlock(&e->progress_lock);
 }
 
@@ -398,6 +436,20 @@ bool engine_busy(const engine *e)
     return e->queue_head != NULL || engine_n_running(e) > 0;
 }
 
+void engine_trim(engine *e)
+{
+    if (kv_pool_trim(e->kv, strata_clock_ms()) == 0) return;
+    int64_t c = committed_bytes(e);
+    pthread_mutex_lock(&e->progress_lock);
+    e->pg_committed_bytes = c;
+    pthread_mutex_unlock(&e->progress_lock);
+}
+
+double engine_next_trim_ms(const engine *e)
+{
+    return kv_pool_next_trim_ms(e->kv, strata_clock_ms());
+}
+
 int engine_n_running(const engine *e)
 {
     int n = 0;
@@ -408,6 +460,21 @@ int engine_n_running(const engine *e)
 int64_t engine_n_queued(const engine *e)
 {
     return e->n_queued;
+}
+
+/* The pool's committed bytes: its committed steps' blocks (the last step
+ * may be short), or all of it when resident. */
+static int64_t committed_bytes(const engine *e)
+{
+    const kv_cache *kv = e->kv;
+    if (e->kv_resident || kv->step_blocks <= 0) return e->kv_bytes;
+    int64_t blocks = 0;
+    for (int32_t st = 0; st < kv->n_steps; st++) {
+        if (!kv->step_committed[st] && st >= kv->resident_steps) continue;
+        int64_t b0 = (int64_t)st * kv->step_blocks, left = kv->n_blocks - b0;
+        blocks += left < kv->step_blocks ? left : kv->step_blocks;
+    }
+    return blocks * (e->kv_bytes / kv->n_blocks);
 }
 
 /* ---- output ---- */
@@ -1197,6 +1264,8 @@ void engine_step(engine *e, proto_buf *out)
     end_cancelled(e, out);
     int64_t n_b = run_step(e, out);
 
+    kv_pool_trim(e->kv, strata_clock_ms());
+    int64_t committed = committed_bytes(e);
     double ms = strata_clock_ms() - t0;
     int64_t kv_used = (int64_t)e->kv->n_blocks - kv_free_blocks(e->kv);
     kv_prefix_stats ps;
@@ -1215,5 +1284,6 @@ void engine_step(engine *e, proto_buf *out)
     }
     e->pg_kv_used = kv_used;
     e->pg_preemptions = e->n_preemptions;
+    e->pg_committed_bytes = committed;
     pthread_mutex_unlock(&e->progress_lock);
 }

@@ -36,6 +36,12 @@
  * 32768` runs in a pool much smaller than 16 x 32768 positions as long as
  * what is in flight fits. A request holds no more than min(n_ctx, pool)
  * positions: one without max_tokens ends with "length" there.
+ *   Memory (kv_cache.h "Memory"): elastic by default: committed as blocks
+ *   are written, in steps of kv_step_tokens, the first kv_init_tokens kept,
+ *   the others given back kv_hold_ms after their blocks all went free
+ *   (checked after every step, and by the loop while idle), so the RSS
+ *   follows the KV in use; or resident (kv_resident_tokens), all allocated
+ *   at start. ready.kv says which, with the figures.
  *   Admission: the queue's head enters a free slot only while the pool can
  *   give its first chunk (after what the prefix cache gives it) beyond the
  *   blocks the running requests take this step; later requests never pass
@@ -112,6 +118,10 @@
 /* The default KV pool's cap (engine_pool_tokens): 2 GiB, what a 16 GiB
  * laptop can spare next to a 7-8B model's weights. */
 #define ENGINE_DEFAULT_KV_MIB 2048
+/* The elastic pool's defaults: steps of 512 positions (64 MiB for an 8B
+ * model's f16 KV), one of them kept, the rest given back after 10 s free. */
+#define ENGINE_DEFAULT_KV_STEP 512
+#define ENGINE_DEFAULT_KV_HOLD_MS 10000
 
 typedef struct engine_params {
     int n_slots;       /* K, sequences at once; 0: ENGINE_DEFAULT_SLOTS */
@@ -123,6 +133,12 @@ typedef struct engine_params {
     int64_t kv_max_tokens; /* positions of the KV pool all slots share (rounded up to blocks);
                               0: from kv_max_bytes, else the default ("KV pool") */
     int64_t kv_max_bytes;  /* the pool in bytes (whole blocks, at least one); 0: unset */
+    int64_t kv_resident_tokens; /* > 0: the resident profile: a pool of that many positions,
+                                   all committed at start, never shrunk (overrides kv_max_*) */
+    int64_t kv_init_tokens;     /* elastic: positions never given back; 0: one step */
+    int64_t kv_step_tokens;     /* elastic: positions per step; 0: ENGINE_DEFAULT_KV_STEP */
+    int64_t kv_hold_ms;         /* elastic: free time before a step goes back; < 0: the
+                                   default ENGINE_DEFAULT_KV_HOLD_MS; 0: at once */
     bool no_prefix_cache;       /* true: the prefix cache is off (engine.h "Prefix cache") */
     int64_t prefix_cache_bytes; /* its budget: bytes of KV blocks that may stay cached with no
                                    request holding them; 0: the whole pool */
@@ -186,6 +202,14 @@ void engine_get_progress(engine *e, proto_pong *out);
  * to the step's buffer. NULL turns it off. */
 typedef void (*engine_end_fn)(void *ctx, int64_t id);
 void engine_set_end_hook(engine *e, engine_end_fn fn, void *ctx);
+
+/* Gives back the KV pool's steps whose hold has passed (the step does it
+ * too; the loop calls it when idle). */
+void engine_trim(engine *e);
+
+/* Milliseconds until engine_trim has something to give back; -1: nothing
+ * is due. */
+double engine_next_trim_ms(const engine *e);
 
 /* Requests running and queued, for logs. */
 int engine_n_running(const engine *e);

@@ -18,6 +18,10 @@
  * an id not in the set can be named, and that `err` can only follow the
  * request's own terminal line. The set holds only the requests in flight.
  *
+ * Idle: the scheduler waits on inbox_cond, with a deadline while the KV
+ * pool has a step whose hold time runs (engine_next_trim_ms), and then gives
+ * it back (engine_trim), so an idle engine's memory falls too.
+ *
  * Back-pressure: when the server reads slower than the engine produces,
  * the outbox grows to OUTBOX_HIGH bytes and the scheduler then waits for
  * the writer before its next step, so memory stays bounded. */
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OUTBOX_HIGH ((size_t)8 << 20)
@@ -425,7 +430,20 @@ int engine_serve(engine *e, int in_fd, int out_fd, size_t max_line, strata_err *
         pthread_mutex_lock(&l.inbox_lock);
         /* (closing implies busy here: the loop ends once both hold) */
         while (l.head == NULL && !engine_busy(e)) {
-            pthread_cond_wait(&l.inbox_cond, &l.inbox_lock);
+            /* idle: wake when the KV pool has a step to give back */
+            double ms = engine_next_trim_ms(e);
+            if (ms < 0) {
+                pthread_cond_wait(&l.inbox_cond, &l.inbox_lock);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            int64_t ns = (int64_t)ts.tv_nsec + (int64_t)(ms * 1e6) + 1000000;
+            ts.tv_sec += (time_t)(ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            if (pthread_cond_timedwait(&l.inbox_cond, &l.inbox_lock, &ts) == ETIMEDOUT) {
+                engine_trim(e);
+            }
         }
         inbox_item *items = l.head;
         l.head = l.tail = NULL;

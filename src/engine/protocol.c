@@ -290,6 +290,16 @@ static void enc_ready(enc *e, json_t *o, const proto_ready *r)
     enc_set(e, kv, "cache_blocks", enc_int(e, r->kv_cache_blocks));
     enc_set(e, kv, "cache_bytes", enc_int(e, r->kv_cache_bytes));
     enc_set(e, kv, "cache_min_tokens", enc_int(e, r->kv_cache_min_tokens));
+    if (r->kv_max_tokens > 0) { /* the pool's memory profile */
+        if (r->kv_init_tokens < 0 || r->kv_step_tokens < 0 || r->kv_hold_ms < 0) {
+            e->bad = "ready.kv pool figures";
+        }
+        enc_set(e, kv, "max_tokens", enc_int(e, r->kv_max_tokens));
+        enc_set(e, kv, "init_tokens", enc_int(e, r->kv_init_tokens));
+        enc_set(e, kv, "step_tokens", enc_int(e, r->kv_step_tokens));
+        enc_set(e, kv, "hold_ms", enc_int(e, r->kv_hold_ms));
+        enc_set(e, kv, "resident", enc_take(e, json_boolean(r->kv_resident)));
+    }
     enc_set(e, o, "kv", kv);
 }
 
@@ -333,6 +343,9 @@ static void enc_pong(enc *e, json_t *o, const proto_pong *pg)
         enc_set(e, kv, "lookup_tokens", enc_int(e, pg->kv_lookup_tokens));
         enc_set(e, kv, "hit_tokens", enc_int(e, pg->kv_hit_tokens));
         enc_set(e, kv, "preemptions", enc_int(e, pg->kv_preemptions));
+        if (pg->kv_committed_bytes > 0) {
+            enc_set(e, kv, "committed_bytes", enc_int(e, pg->kv_committed_bytes));
+        }
         enc_set(e, o, "kv", kv);
     }
 }
@@ -780,6 +793,18 @@ static void dec_ready(dec *d, json_t *o, proto_ready *r)
                 NULL);
         dec_int(d, kv, "cache_min_tokens", "kv.cache_min_tokens", false, 0, INT64_MAX,
                 &r->kv_cache_min_tokens, NULL);
+        dec_int(d, kv, "max_tokens", "kv.max_tokens", false, 0, INT64_MAX, &r->kv_max_tokens,
+                NULL);
+        dec_int(d, kv, "init_tokens", "kv.init_tokens", false, 0, INT64_MAX, &r->kv_init_tokens,
+                NULL);
+        dec_int(d, kv, "step_tokens", "kv.step_tokens", false, 0, INT64_MAX, &r->kv_step_tokens,
+                NULL);
+        dec_int(d, kv, "hold_ms", "kv.hold_ms", false, 0, INT64_MAX, &r->kv_hold_ms, NULL);
+        v = json_object_get(kv, "resident");
+        if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
+            dec_fail(d, "kv.resident must be true or false");
+        }
+        r->kv_resident = json_is_true(v);
     }
 }
 
@@ -914,6 +939,8 @@ static void dec_pong(dec *d, json_t *o, proto_pong *pg)
     dec_int(d, kv, "lookup_tokens", "kv.lookup_tokens", false, 0, INT64_MAX,
             &pg->kv_lookup_tokens, NULL);
     dec_int(d, kv, "hit_tokens", "kv.hit_tokens", false, 0, INT64_MAX, &pg->kv_hit_tokens, NULL);
+    dec_int(d, kv, "committed_bytes", "kv.committed_bytes", false, 0, INT64_MAX,
+            &pg->kv_committed_bytes, NULL);
     dec_int(d, kv, "preemptions", "kv.preemptions", false, 0, INT64_MAX, &pg->kv_preemptions,
             NULL);
 }

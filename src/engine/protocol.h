@@ -100,7 +100,8 @@
  *  "n_vocab":32000,"n_embd":4096,"n_layer":32},"slots":4,"n_ctx":4096,
  *  "n_batch":512,"kv":{"type":"f16","block_tokens":32,"n_blocks":512,
  *  "bytes":268435456,"prefix_cache":true,"cache_blocks":512,
- *  "cache_bytes":268435456,"cache_min_tokens":32}}
+ *  "cache_bytes":268435456,"cache_min_tokens":32,"max_tokens":16384,
+ *  "init_tokens":512,"step_tokens":512,"hold_ms":10000,"resident":false}}
  *   Once, after loading, before anything else. `slots`: sequences that run
  *   at once (more wait in the engine's queue, in arrival order). `n_ctx`:
  *   the tokens one request may hold, prompt and generated: a gen needs
@@ -118,7 +119,14 @@
  *   prefix_cache whether it is on; cache_blocks / cache_bytes the budget,
  *   the most blocks that may stay cached with no request holding them (0
  *   when off); cache_min_tokens the fewest prompt tokens a reuse must
- *   cover. The four are optional when decoding (false / 0).
+ *   cover. The four are optional when decoding (false / 0). The pool's
+ *   memory: max_tokens its positions (n_blocks x block_tokens); resident
+ *   true when it was all allocated at start and never shrinks
+ *   (--kv-resident); else it is elastic: memory is committed as blocks are
+ *   written, init_tokens stay committed, and the rest, in steps of
+ *   step_tokens, goes back to the operating system once a step's blocks
+ *   have all been free for hold_ms. Optional when decoding (all five
+ *   absent, or all present).
  * {"op":"tok","id":7,"tokens":[450],"logprobs":[{"token":450,
  *  "logprob":-0.11,"top":[[450,-0.11],[263,-2.5]]}]}
  *   Generated tokens, in order (one or more per line). `logprobs` only
@@ -175,7 +183,10 @@
  *                   lookup_tokens / hit_tokens the prompt tokens looked up
  *                   in the prefix cache and those reused, since start,
  *                   preemptions requests preempted to free blocks for
- *                   older ones, since start. As of the end of the last
+ *                   older ones, since start, committed_bytes the pool's
+ *                   bytes committed now (its steps used since they were
+ *                   last given back, and the resident ones; sent when
+ *                   > 0). As of the end of the last
  *                   step. cached, lookup_tokens, hit_tokens and
  *                   preemptions are optional when decoding (0).
  *   The server judges an engine *wedged* from these figures, never from the
@@ -327,6 +338,9 @@ typedef struct proto_ready {
     int64_t kv_block_tokens, kv_n_blocks, kv_bytes; /* kv.block_tokens, kv.n_blocks, kv.bytes */
     bool kv_prefix_cache;      /* kv.prefix_cache */
     int64_t kv_cache_blocks, kv_cache_bytes, kv_cache_min_tokens; /* kv.cache_* */
+    int64_t kv_max_tokens;     /* kv.max_tokens; 0: the pool figures below are not sent */
+    int64_t kv_init_tokens, kv_step_tokens, kv_hold_ms; /* kv.init_tokens, .step_tokens, .hold_ms */
+    bool kv_resident;          /* kv.resident */
 } proto_ready;
 
 typedef struct proto_top {
@@ -375,6 +389,7 @@ typedef struct proto_pong {
     bool has_kv;
     int64_t kv_blocks, kv_used, kv_bytes; /* kv.blocks, kv.used, kv.bytes */
     int64_t kv_cached, kv_lookup_tokens, kv_hit_tokens, kv_preemptions; /* kv.* */
+    int64_t kv_committed_bytes; /* kv.committed_bytes; sent only when > 0 */
 } proto_pong;
 
 typedef struct proto_errmsg {

@@ -179,6 +179,7 @@ void kv_cache_free(kv_cache *kv)
     free(kv->step_held);
     free(kv->step_free_since);
     free(kv->step_committed);
+    free(kv->step_quiet_since);
     free(kv);
 }
 
@@ -249,7 +250,9 @@ int kv_pool_set_elastic(kv_cache *kv, int32_t step_blocks, int32_t resident_bloc
     int32_t *held = calloc((size_t)n_steps, sizeof(int32_t));
     double *since = calloc((size_t)n_steps, sizeof(double));
     uint8_t *committed = calloc((size_t)n_steps, 1);
-    if (held == NULL || since == NULL || committed == NULL) {
+    double *quiet = malloc((size_t)n_steps * sizeof(double));
+    if (held == NULL || since == NULL || committed == NULL || quiet == NULL) {
+        free(quiet);
         free(held);
         free(since);
         free(committed);
@@ -261,11 +264,14 @@ int kv_pool_set_elastic(kv_cache *kv, int32_t step_blocks, int32_t resident_bloc
     }
     for (int32_t st = 0; st < n_steps; st++) {
         since[st] = now;
+        quiet[st] = -1.0;
         committed[st] = held[st] > 0;
     }
     free(kv->step_held);
     free(kv->step_free_since);
     free(kv->step_committed);
+    free(kv->step_quiet_since);
+    kv->step_quiet_since = quiet;
     kv->step_held = held;
     kv->step_free_since = since;
     kv->step_committed = committed;
@@ -300,10 +306,36 @@ static void step_release(kv_cache *kv, int32_t st)
     kv->n_trimmed++;
 }
 
+/* Whether every held block of step st is idle in the prefix cache. */
+static bool step_cache_only(const kv_cache *kv, int32_t st)
+{
+    int32_t b0 = st * kv->step_blocks;
+    int32_t b1 = b0 + kv->step_blocks < kv->n_blocks ? b0 + kv->step_blocks : kv->n_blocks;
+    for (int32_t b = b0; b < b1; b++) {
+        if (kv->refcount[b] > 0 && !kv_prefix_block_idle(kv, b)) return false;
+    }
+    return true;
+}
+
 int32_t kv_pool_trim(kv_cache *kv, double now_ms)
 {
     int32_t n = 0;
     for (int32_t st = kv->resident_steps; st < kv->n_steps; st++) {
+        /* a step that only the prefix cache holds: its clock starts when
+         * first seen so; once the hold has passed its blocks are evicted */
+        bool cache_only = kv->step_held[st] > 0 && kv->prefix != NULL && step_cache_only(kv, st);
+        if (!cache_only) kv->step_quiet_since[st] = -1.0;
+        if (cache_only) {
+            if (kv->step_quiet_since[st] < 0) kv->step_quiet_since[st] = now_ms;
+            if (now_ms - kv->step_quiet_since[st] >= kv->hold_ms) {
+                int32_t b0 = st * kv->step_blocks;
+                int32_t b1 = b0 + kv->step_blocks < kv->n_blocks ? b0 + kv->step_blocks
+                                                                  : kv->n_blocks;
+                for (int32_t b = b0; b < b1; b++) kv_prefix_evict_block(kv, b);
+                kv->step_free_since[st] = now_ms - kv->hold_ms; /* due now */
+                kv->step_quiet_since[st] = -1.0;
+            }
+        }
         if (kv->step_committed[st] && kv->step_held[st] == 0 &&
             now_ms - kv->step_free_since[st] >= kv->hold_ms) {
             step_release(kv, st);
@@ -317,6 +349,14 @@ double kv_pool_next_trim_ms(const kv_cache *kv, double now_ms)
 {
     double best = -1.0;
     for (int32_t st = kv->resident_steps; st < kv->n_steps; st++) {
+        if (kv->step_held[st] > 0 && kv->prefix != NULL && step_cache_only(kv, st)) {
+            /* 0 when not yet seen so: kv_pool_trim starts its clock */
+            double q = kv->step_quiet_since[st];
+            double left = q < 0 ? 0.0 : q + kv->hold_ms - now_ms;
+            if (left < 0) left = 0;
+            if (best < 0 || left < best) best = left;
+            continue;
+        }
         if (!kv->step_committed[st] || kv->step_held[st] != 0) continue;
         double left = kv->step_free_since[st] + kv->hold_ms - now_ms;
         if (left < 0) left = 0;

@@ -38,8 +38,10 @@
  * operating system by kv_pool_trim (madvise MADV_DONTNEED over its range
  * in every layer: the pages read as zeros when touched again, as fresh
  * ones), except the first resident_blocks' steps, never given back. A
- * block the prefix cache keeps (idle, refcount 1) holds its step: the
- * cache's budget bounds what stays committed that way. kv_pool_prefault
+ * step whose only held blocks are ones the prefix cache keeps (idle, held
+ * by no sequence) for hold_ms, as kv_pool_trim sees it, has them evicted
+ * and is given back too: the cache keeps what the resident steps hold, and
+ * more only while memory is in use anyway. kv_pool_prefault
  * writes every page at once and turns trimming off: the resident profile.
  *
  * Threads: not thread-safe; the forward pass's owner thread calls the
@@ -101,6 +103,8 @@ typedef struct kv_cache {
     int32_t *step_held;        /* (n_steps) blocks of the step with refcount > 0 */
     double *step_free_since;   /* (n_steps) ms when step_held last went to 0 */
     uint8_t *step_committed;   /* (n_steps) a block was taken since its last release */
+    double *step_quiet_since;  /* (n_steps) ms since kv_pool_trim first saw the step hold
+                                  only idle cached blocks; < 0: not so */
     int64_t n_trimmed;         /* steps given back since start */
     int n_seq_max;
     kv_seq *seqs;          /* (n_seq_max) */

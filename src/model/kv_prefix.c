@@ -193,6 +193,24 @@ bool kv_prefix_evict_one(kv_cache *kv)
     return true;
 }
 
+bool kv_prefix_block_idle(const kv_cache *kv, int32_t b)
+{
+    const kv_prefix *p = kv->prefix;
+    return p != NULL && p->serial[b] != 0 && kv->refcount[b] == 1;
+}
+
+bool kv_prefix_evict_block(kv_cache *kv, int32_t b)
+{
+    kv_prefix *p = kv->prefix;
+    if (!kv_prefix_block_idle(kv, b)) return false;
+    lru_unlink(p, b);
+    index_remove(kv, b);
+    kv->refcount[b] = 0;
+    kv_block_free(kv, b);
+    p->evictions++;
+    return true;
+}
+
 void kv_prefix_on_unref(kv_cache *kv, int32_t b)
 {
     kv_prefix *p = kv->prefix;

@@ -98,6 +98,11 @@ void kv_prefix_on_unref(kv_cache *kv, int32_t block);
  * false when none is idle. */
 bool kv_prefix_evict_one(kv_cache *kv);
 int32_t kv_prefix_n_idle(const kv_cache *kv);
+/* Whether block b is idle (listed, held by no sequence). */
+bool kv_prefix_block_idle(const kv_cache *kv, int32_t b);
+/* Evicts block b if it is idle (the elastic pool emptying a step); false
+ * otherwise. */
+bool kv_prefix_evict_block(kv_cache *kv, int32_t b);
 /* Sequence seq_id was cut to n_pos positions. */
 void kv_prefix_on_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos);
 

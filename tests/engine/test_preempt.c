@@ -336,6 +336,80 @@ static void test_pool_size(void **state)
     fx_close(&f);
 }
 
+static void fx_open_pool(fixture *f, const engine_params *p)
+{
+    memset(f, 0, sizeof(*f));
+    char path[4096];
+    TESTDATA_FILE(path, MODEL);
+    strata_err err;
+    if (model_open(&f->m, path, &err) != 0) fail_msg("%s", err.msg);
+    if (engine_init(&f->e, f->m, p, &err) != 0) fail_msg("%s", err.msg);
+    f->c = et_collect_new();
+}
+
+/* The elastic pool through the engine: ready says its profile, pong's
+ * committed bytes grow with one long request and fall back to the kept
+ * part when it ends (hold 0), or stay until the hold has passed. The
+ * resident profile commits everything at start. */
+static void test_elastic_and_resident(void **state)
+{
+    (void)state;
+    const char *line = "{\"op\":\"gen\",\"id\":%d,\"tokens\":[1,403,407,261,378],"
+                       "\"max_tokens\":600,\"ignore_eos\":true,\"sampling\":{\"temperature\":0}}";
+    char buf[256];
+    for (int hold = 0; hold < 2; hold++) {
+        fixture f;
+        engine_params p = {.n_slots = 1, .n_ctx = 2048, .n_batch = 64, .n_threads = 1,
+                           .kv_max_tokens = 2048, .kv_step_tokens = 64, .kv_init_tokens = 64,
+                           .kv_hold_ms = hold ? 600000 : 0};
+        fx_open_pool(&f, &p);
+        proto_msg ready;
+        engine_ready(f.e, &ready);
+        assert_int_equal(ready.u.ready.kv_max_tokens, 2048);
+        assert_int_equal(ready.u.ready.kv_step_tokens, 64);
+        assert_int_equal(ready.u.ready.kv_init_tokens, 64);
+        assert_int_equal(ready.u.ready.kv_hold_ms, hold ? 600000 : 0);
+        assert_false(ready.u.ready.kv_resident);
+        const int64_t step_bytes = ready.u.ready.kv_bytes / 32; /* 2048 / 64 steps */
+        assert_int_equal(fx_pong(&f).kv_committed_bytes, step_bytes);
+        snprintf(buf, sizeof(buf), line, 1);
+        fx_send(&f, buf);
+        int64_t peak = 0;
+        while (engine_busy(f.e)) {
+            fx_step(&f);
+            int64_t c = fx_pong(&f).kv_committed_bytes;
+            if (engine_busy(f.e) && c > peak) peak = c;
+            if (getenv("DBG")) fprintf(stderr, "busy %d c %lld\n", engine_busy(f.e), (long long)(c / step_bytes));
+        }
+        et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
+        assert_int_equal(f.c->recs[1].n_tok, 600);
+        /* 604 positions in the KV (the last token is never fed): 10 steps of 64 */
+        assert_int_equal(peak, 10 * step_bytes);
+        if (hold == 0) {
+            assert_int_equal(fx_pong(&f).kv_committed_bytes, step_bytes);
+            assert_true(engine_next_trim_ms(f.e) < 0);
+        } else {
+            assert_int_equal(fx_pong(&f).kv_committed_bytes, 10 * step_bytes);
+            assert_true(engine_next_trim_ms(f.e) > 0);
+            engine_trim(f.e); /* not yet due */
+            assert_int_equal(fx_pong(&f).kv_committed_bytes, 10 * step_bytes);
+        }
+        fx_close(&f);
+    }
+    fixture f;
+    engine_params p = {.n_slots = 2, .n_ctx = 1024, .n_threads = 1, .kv_resident_tokens = 500};
+    fx_open_pool(&f, &p);
+    proto_msg ready;
+    engine_ready(f.e, &ready);
+    assert_true(ready.u.ready.kv_resident);
+    assert_int_equal(ready.u.ready.kv_max_tokens, 512);
+    assert_int_equal(fx_pong(&f).kv_committed_bytes, ready.u.ready.kv_bytes);
+    snprintf(buf, sizeof(buf), line, 2);
+    fx_send(&f, buf); /* 605 positions: more than the resident pool */
+    et_assert_err(f.c, 2, PROTO_ERR_CONTEXT_LENGTH);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_too_big_for_pool),
         cmocka_unit_test(test_cancel_shared),
         cmocka_unit_test(test_pool_size),
+        cmocka_unit_test(test_elastic_and_resident),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

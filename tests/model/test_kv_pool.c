@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "model/kv_cache.h"
+#include "model/kv_prefix.h"
 
 /* 2 layers, 4 KV heads of 64 f16: a block is 16 KiB of keys per layer (4
  * pages), so the steps of 8 blocks are whole pages. */
@@ -165,6 +166,39 @@ static void test_low_ids_first(void **state)
     kv_cache_free(kv);
 }
 
+/* Blocks only the prefix cache keeps hold their step for the hold time
+ * (as kv_pool_trim sees it), then are evicted and the step given back; the
+ * resident step keeps its cached blocks. */
+static void test_cached_blocks(void **state)
+{
+    (void)state;
+    kv_cache *kv = make(64);
+    strata_err err;
+    assert_int_equal(kv_prefix_enable(kv, -1, &err), 0);
+    assert_int_equal(kv_pool_set_elastic(kv, 8, 8, 100.0, &err), 0);
+    int32_t toks[24 * KV_BLOCK_TOKENS];
+    for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) toks[i] = (int32_t)(i % 97);
+    fill(kv, 0, 24);
+    kv_prefix_publish(kv, 0, toks);
+    kv_seq_remove(kv, 0);
+    kv_prefix_stats ps;
+    kv_prefix_get_stats(kv, &ps);
+    assert_int_equal(ps.blocks_idle, 24);
+    double now = strata_clock_ms();
+    assert_true(kv_pool_next_trim_ms(kv, now) == 0); /* not yet seen: look now */
+    assert_int_equal(kv_pool_trim(kv, now), 0);      /* the clock starts */
+    assert_true(kv_pool_next_trim_ms(kv, now) > 0);
+    assert_int_equal(kv_pool_trim(kv, now + 50.0), 0);
+    assert_int_equal(kv_pool_trim(kv, now + 100.0), 2);
+    kv_prefix_get_stats(kv, &ps);
+    assert_int_equal(ps.blocks_idle, 8); /* the resident step's */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(pool_pages(kv), 8 * 2 * (kv->k_block_bytes + kv->v_block_bytes) / page);
+    /* a lookup still finds the first 8 blocks */
+    assert_int_equal(kv_prefix_match(kv, toks, 24 * KV_BLOCK_TOKENS), 8 * KV_BLOCK_TOKENS);
+    kv_cache_free(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -172,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_resident),
         cmocka_unit_test(test_low_ids_first),
+        cmocka_unit_test(test_cached_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
