@@ -776,6 +776,101 @@ static void test_terminal_invariant_under_load(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
+/* Starts the engine with the options of extra (NULL-terminated, at most 12). */
+static void eng_start_argv(eng *e, const char *const *extra)
+{
+    memset(e, 0, sizeof(*e));
+    TESTDATA_FILE(e->model_path, MODEL);
+    char err_path[4200];
+    snprintf(err_path, sizeof(err_path), "%s/engine-stderr.txt", testdata_scratch_dir());
+    const char *argv[24] = {STRATA_BIN, "engine", "-m", e->model_path, "-t", "1"};
+    int n = 6;
+    for (int i = 0; extra[i] != NULL && n < 23; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    if (pipeproc_start(&e->p, argv, err_path) != 0) fail_msg("cannot start %s", STRATA_BIN);
+    e->c = et_collect_new();
+    pthread_mutex_init(&e->lock, NULL);
+    char *line;
+    if (pipeproc_read_line(&e->p, &line, LINE_TIMEOUT_MS) != 1) fail_msg("no ready line");
+    proto_error pe;
+    if (proto_decode(line, strlen(line), PROTO_DIR_TO_SERVER, &e->ready, &pe) != 0) {
+        fail_msg("ready: %s: %s", pe.message, line);
+    }
+    free(line);
+}
+
+/* The shared, elastic KV pool over pipes: ready reports it; four seeded
+ * requests in a pool for two finish with the tokens and log-probabilities
+ * each gives alone, at least one of them preempted (its stats and the
+ * pong say so); and once idle, the engine gives the pool's steps back
+ * after the hold (pong's committed bytes fall to the kept part) without
+ * any request to drive it. */
+static void test_kv_pool_over_pipes(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--slots", "4", "--ctx", "256", "--batch", "32", "--kv-max", "256",
+                          "--kv-step", "64", "--kv-init", "64", "--kv-hold-ms", "300", NULL};
+    eng e;
+    eng_start_argv(&e, opts);
+    const proto_ready *r = &e.ready.u.ready;
+    assert_int_equal(r->kv_n_blocks, 8);
+    assert_int_equal(r->kv_max_tokens, 256);
+    assert_int_equal(r->kv_step_tokens, 64);
+    assert_int_equal(r->kv_init_tokens, 64);
+    assert_int_equal(r->kv_hold_ms, 300);
+    assert_false(r->kv_resident);
+    const int64_t init_bytes = r->kv_bytes / 4;
+    int32_t prompts[4][40];
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0; k < 40; k++) prompts[i][k] = 1 + (i * 131 + k * 37) % 500;
+    }
+    static char line[1 << 14];
+    const char *extra = "\"logprobs\":1,\"ignore_eos\":true";
+    /* alone, one after the other */
+    for (int64_t i = 0; i < 4; i++) {
+        et_gen_line(line, sizeof(line), 1 + i, prompts[i], 40, 80, 0.9, 500 + i, extra);
+        eng_send(&e, line);
+        int64_t id = 1 + i;
+        eng_wait(&e, &id, 1);
+    }
+    /* together: 4 x 120 positions in a pool of 256 */
+    int64_t ids[4];
+    for (int64_t i = 0; i < 4; i++) {
+        ids[i] = 11 + i;
+        et_gen_line(line, sizeof(line), ids[i], prompts[i], 40, 80, 0.9, 500 + i, extra);
+        eng_send(&e, line);
+    }
+    eng_wait(&e, ids, 4);
+    int64_t preempted = 0;
+    for (int i = 0; i < 4; i++) {
+        const et_rec *a = &e.c->recs[1 + i], *b = &e.c->recs[11 + i];
+        et_assert_done(e.c, 1 + i, PROTO_FINISH_LENGTH);
+        et_assert_done(e.c, 11 + i, PROTO_FINISH_LENGTH);
+        assert_int_equal(a->n_tok, 80);
+        assert_int_equal(b->n_tok, 80);
+        assert_memory_equal(a->toks, b->toks, 80 * sizeof(int32_t));
+        for (size_t k = 0; k < 80; k++) {
+            assert_memory_equal(&a->lps[k].logprob, &b->lps[k].logprob, sizeof(float));
+        }
+        assert_int_equal(a->stats.preempted, 0);
+        preempted += b->stats.preempted;
+    }
+    assert_true(preempted >= 1);
+    proto_pong pg = eng_ping(&e, 900);
+    assert_int_equal(pg.kv_preemptions, preempted);
+    assert_true(pg.kv_committed_bytes > init_bytes);
+    /* idle now: within a few holds the steps go back (bounded: 10 s) */
+    bool fell = false;
+    for (int i = 0; i < 100 && !fell; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pg = eng_ping(&e, 901 + i);
+        fell = pg.kv_committed_bytes == init_bytes;
+    }
+    assert_true(fell);
+    assert_int_equal(eng_finish(&e), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -791,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_and_eof),
         cmocka_unit_test(test_stop_over_pipes),
         cmocka_unit_test(test_terminal_invariant_under_load),
+        cmocka_unit_test(test_kv_pool_over_pipes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

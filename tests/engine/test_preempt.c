@@ -379,7 +379,6 @@ static void test_elastic_and_resident(void **state)
             fx_step(&f);
             int64_t c = fx_pong(&f).kv_committed_bytes;
             if (engine_busy(f.e) && c > peak) peak = c;
-            if (getenv("DBG")) fprintf(stderr, "busy %d c %lld\n", engine_busy(f.e), (long long)(c / step_bytes));
         }
         et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
         assert_int_equal(f.c->recs[1].n_tok, 600);
