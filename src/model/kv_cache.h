@@ -1,9 +1,9 @@
 /* The KV cache: keys and values of every layer for the positions each
  * sequence has seen, in fixed-size blocks of KV_BLOCK_TOKENS positions.
  *
- * Storage. One pool of n_blocks blocks, allocated once at kv_cache_init
- * and sized from the context asked for (never from the model's training
- * context). A block holds, for every layer and KV head, block_tokens rows
+ * Storage. One pool of n_blocks blocks, reserved once at kv_cache_init
+ * (see "Memory" for when it costs memory) and sized from the positions
+ * asked for (never from the model's training context). A block holds, for every layer and KV head, block_tokens rows
  * of keys and of values; within a (layer, block, KV head) the rows of
  * consecutive positions are contiguous, so attention streams one block as
  * one (block_tokens, head_dim) matrix. Key rows are of type k_type and

@@ -279,6 +279,61 @@ static void test_other_messages_roundtrip(void **state)
     proto_msg_free(&r);
 }
 
+/* The shared pool's fields: done's preempted (sent only when > 0), ready's
+ * pool profile, pong's committed bytes; all optional when decoding. */
+static void test_kv_pool_fields(void **state)
+{
+    (void)state;
+    proto_msg r;
+    char *line;
+    proto_msg dn = {.op = PROTO_OP_DONE, .has_id = true, .id = 7};
+    dn.u.done.stats = (proto_stats){.prompt_n = 10, .predicted_n = 3, .preempted = 2};
+    roundtrip(&dn, PROTO_DIR_TO_SERVER, &r, &line);
+    assert_non_null(strstr(line, "\"preempted\":2"));
+    assert_int_equal(r.u.done.stats.preempted, 2);
+    free(line);
+    proto_msg_free(&r);
+    dn.u.done.stats.preempted = 0;
+    roundtrip(&dn, PROTO_DIR_TO_SERVER, &r, &line);
+    assert_null(strstr(line, "preempted"));
+    assert_int_equal(r.u.done.stats.preempted, 0);
+    free(line);
+    proto_msg_free(&r);
+
+    proto_msg rd = {.op = PROTO_OP_READY};
+    rd.u.ready = (proto_ready){.protocol = 1, .arch = "llama", .n_ctx_train = 2048,
+                               .n_vocab = 512, .n_embd = 64, .n_layer = 5, .slots = 16,
+                               .n_ctx = 32768, .n_batch = 256, .kv_type = "f16",
+                               .kv_block_tokens = 32, .kv_n_blocks = 256, .kv_bytes = 1 << 20,
+                               .kv_max_tokens = 8192, .kv_init_tokens = 512,
+                               .kv_step_tokens = 512, .kv_hold_ms = 10000};
+    roundtrip(&rd, PROTO_DIR_TO_SERVER, &r, NULL);
+    assert_int_equal(r.u.ready.kv_max_tokens, 8192);
+    assert_int_equal(r.u.ready.kv_init_tokens, 512);
+    assert_int_equal(r.u.ready.kv_step_tokens, 512);
+    assert_int_equal(r.u.ready.kv_hold_ms, 10000);
+    assert_false(r.u.ready.kv_resident);
+    proto_msg_free(&r);
+    rd.u.ready.kv_resident = true;
+    roundtrip(&rd, PROTO_DIR_TO_SERVER, &r, NULL);
+    assert_true(r.u.ready.kv_resident);
+    proto_msg_free(&r);
+    assert_int_equal(
+        decode_str("{\"op\":\"ready\",\"protocol\":1,\"model\":{\"arch\":\"llama\","
+                   "\"n_ctx_train\":1,\"n_vocab\":2,\"n_embd\":3},\"slots\":1,\"n_ctx\":8,"
+                   "\"kv\":{\"type\":\"f16\",\"resident\":\"yes\"}}",
+                   PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+        STRATA_EFORMAT);
+
+    proto_msg pg = {.op = PROTO_OP_PONG, .has_id = true, .id = 12};
+    pg.u.pong = (proto_pong){.has_kv = true, .kv_blocks = 8, .kv_bytes = 4096,
+                             .kv_preemptions = 3, .kv_committed_bytes = 1024};
+    roundtrip(&pg, PROTO_DIR_TO_SERVER, &r, NULL);
+    assert_int_equal(r.u.pong.kv_preemptions, 3);
+    assert_int_equal(r.u.pong.kv_committed_bytes, 1024);
+    proto_msg_free(&r);
+}
+
 static void test_encode_refuses_bad_messages(void **state)
 {
     (void)state;
@@ -628,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_gen_roundtrip),
         cmocka_unit_test(test_gen_defaults),
         cmocka_unit_test(test_other_messages_roundtrip),
+        cmocka_unit_test(test_kv_pool_fields),
         cmocka_unit_test(test_encode_refuses_bad_messages),
         cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_decode_engine_messages_errors),
