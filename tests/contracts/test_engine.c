@@ -19,6 +19,7 @@
 #include "text/tokenizer.h"
 #include "text/vocab.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -871,6 +872,74 @@ static void test_kv_pool_over_pipes(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
+/* Entries of /dev/shm (-1 when it cannot be read). */
+static int count_shm(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL) return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* An engine killed mid-request loses nothing outside itself: two engines
+ * with elastic pools run the same seeded request; one is killed with
+ * SIGKILL while its request is mid-way (blocks held, preempting another);
+ * the other's output is still exactly the request's run alone, and the
+ * killed one leaves no shared memory behind (its pool is private anonymous
+ * memory, gone with the process). */
+static void test_killed_engine_loses_nothing_outside(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--slots", "2", "--ctx", "256", "--kv-max", "128", "--kv-step", "32",
+                          "--kv-hold-ms", "0", NULL};
+    int shm_before = count_shm();
+    int32_t prompt[30];
+    for (int k = 0; k < 30; k++) prompt[k] = 1 + (k * 53) % 500;
+    static char line[1 << 14];
+    eng alone;
+    eng_start_argv(&alone, opts);
+    et_gen_line(line, sizeof(line), 1, prompt, 30, 90, 0.9, 77, "\"ignore_eos\":true");
+    eng_send(&alone, line);
+    int64_t id = 1;
+    eng_wait(&alone, &id, 1);
+    et_assert_done(alone.c, 1, PROTO_FINISH_LENGTH);
+
+    eng a, b;
+    eng_start_argv(&a, opts);
+    eng_start_argv(&b, opts);
+    /* two requests each, in a pool for about one: preemption on both */
+    for (int64_t k = 1; k <= 2; k++) {
+        et_gen_line(line, sizeof(line), k, prompt, 30, 90, 0.9, 77, "\"ignore_eos\":true");
+        eng_send(&a, line);
+        eng_send(&b, line);
+    }
+    /* a is killed once it has sent some tokens of request 1 */
+    while (a.c->recs[1].n_tok < 20) {
+        if (!eng_read(&a)) fail_msg("engine a ended early");
+    }
+    kill(a.p.pid, SIGKILL);
+    assert_int_equal(pipeproc_finish(&a.p, LINE_TIMEOUT_MS), 128 + SIGKILL);
+    assert_int_equal(a.c->recs[1].n_terminal, 0);
+    et_collect_free(a.c);
+    proto_msg_free(&a.ready);
+    pthread_mutex_destroy(&a.lock);
+
+    int64_t ids[2] = {1, 2};
+    eng_wait(&b, ids, 2);
+    for (int k = 1; k <= 2; k++) {
+        et_assert_done(b.c, k, PROTO_FINISH_LENGTH);
+        assert_int_equal(b.c->recs[k].n_tok, alone.c->recs[1].n_tok);
+        assert_memory_equal(b.c->recs[k].toks, alone.c->recs[1].toks,
+                            alone.c->recs[1].n_tok * sizeof(int32_t));
+    }
+    assert_true(b.c->recs[2].stats.preempted >= 1 || b.c->recs[1].stats.preempted >= 1);
+    assert_int_equal(eng_finish(&b), 0);
+    assert_int_equal(eng_finish(&alone), 0);
+    assert_int_equal(count_shm(), shm_before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -887,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_stop_over_pipes),
         cmocka_unit_test(test_terminal_invariant_under_load),
         cmocka_unit_test(test_kv_pool_over_pipes),
+        cmocka_unit_test(test_killed_engine_loses_nothing_outside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
