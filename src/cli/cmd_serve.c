@@ -43,6 +43,8 @@ static void serve_usage(FILE *f)
             "                         whole KV pool; 0: off)\n"
             "  --prefix-min-tokens T  fewest prompt tokens taken from the cache (default 32)\n"
             "  --batch B              token budget of one engine step (default: the engine's)\n"
+            "  --kv-max N, --kv-max-mib M, --kv-init N, --kv-step N, --kv-hold-ms MS,\n"
+            "  --kv-resident N        the engines' shared KV pool (see `strata engine --help`)\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
             "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
             "  --api-key-file F       the key from the first line of F\n"
@@ -100,6 +102,26 @@ static int parse_ms(const char *s, double *out)
     return 0;
 }
 
+/* The engines' KV pool options: checked as integers here, passed through
+ * verbatim (the engine checks how they combine). */
+static const struct {
+    const char *name;
+    int lo;
+} k_pool_opts[] = {
+    {"--kv-max", 1}, {"--kv-max-mib", 1}, {"--kv-init", 1},
+    {"--kv-step", 1}, {"--kv-hold-ms", 0}, {"--kv-resident", 1},
+};
+#define N_POOL_OPTS (sizeof(k_pool_opts) / sizeof(k_pool_opts[0]))
+
+/* The index of option a in k_pool_opts, or -1. */
+static int pool_opt_index(const char *a)
+{
+    for (size_t i = 0; i < N_POOL_OPTS; i++) {
+        if (strcmp(a, k_pool_opts[i].name) == 0) return (int)i;
+    }
+    return -1;
+}
+
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
     char *end;
@@ -119,6 +141,7 @@ int cmd_serve(int argc, char **argv)
      * passed through verbatim. NULL: not given, the engine's default. */
     const char *kv_type = NULL, *cache_mib = NULL, *min_tokens = NULL, *batch = NULL;
     int unused;
+    const char *pool_vals[N_POOL_OPTS] = {0};
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
@@ -170,6 +193,10 @@ int cmd_serve(int argc, char **argv)
         } else if (strcmp(a, "--batch") == 0) {
             bad = parse_int(v, 1, 1 << 20, &unused);
             batch = v;
+        } else if (pool_opt_index(a) >= 0) {
+            int k = pool_opt_index(a);
+            bad = parse_int(v, k_pool_opts[k].lo, INT_MAX, &unused);
+            pool_vals[k] = v;
         }
         else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
         else if (strcmp(a, "--wedge-floor-ms") == 0) bad = parse_int(v, 0, INT_MAX, &wedge_floor);
@@ -253,7 +280,7 @@ int cmd_serve(int argc, char **argv)
     snprintf(s_slots, sizeof(s_slots), "%d", slots);
     snprintf(s_ctx, sizeof(s_ctx), "%d", ctx);
     snprintf(s_threads, sizeof(s_threads), "%d", threads);
-    const char *args[24]; /* 7 fixed + 2 per optional pass-through option + NULL */
+    const char *args[40]; /* 7 fixed + 2 per optional pass-through option + NULL */
     int na = 0;
     args[na++] = "engine";
     args[na++] = "-m";
@@ -281,6 +308,11 @@ int cmd_serve(int argc, char **argv)
     if (batch != NULL) {
         args[na++] = "--batch";
         args[na++] = batch;
+    }
+    for (size_t k = 0; k < N_POOL_OPTS; k++) {
+        if (pool_vals[k] == NULL) continue;
+        args[na++] = k_pool_opts[k].name;
+        args[na++] = pool_vals[k];
     }
     args[na] = NULL;
 

@@ -130,7 +130,8 @@ static void test_bad_values_fail_at_once(void **state)
 {
     (void)state;
     const char *cases[][2] = {{"--prefix-cache-mib", "-1"}, {"--prefix-cache-mib", "lots"},
-                              {"--prefix-min-tokens", "x"}, {"--batch", "0"}};
+                              {"--prefix-min-tokens", "x"}, {"--batch", "0"},
+                              {"--kv-max", "0"}, {"--kv-hold-ms", "soon"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char log[512];
         snprintf(log, sizeof(log), "%s/serve-kvflags-bad-%d.log", testdata_scratch_dir(),
@@ -162,12 +163,52 @@ static void test_bad_values_fail_at_once(void **state)
 }
 ST_MODEL_TEST(test_bad_values_fail_at_once)
 
+/* The status of a completion of n_prompt ids and max_tokens 4. */
+static int status_of_prompt(int port, int n_prompt)
+{
+    char body[2048];
+    size_t k = (size_t)snprintf(body, sizeof(body), "{\"prompt\":[1");
+    for (int i = 1; i < n_prompt; i++) k += (size_t)snprintf(body + k, sizeof(body) - k, ",%d", 300 + i);
+    snprintf(body + k, sizeof(body) - k, "],\"max_tokens\":4,\"temperature\":0}");
+    http_response hr;
+    assert_int_equal(http_do(port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    int status = hr.status;
+    http_response_free(&hr);
+    return status;
+}
+
+/* The pool options reach the engines: with `--kv-max 64` a request that
+ * needs 84 positions cannot fit the pool (400) although it fits the
+ * 256-token context, while one of 49 positions is served. */
+static void test_pool_options_reach_the_engine(void **state)
+{
+    (void)state;
+    char log[512], port_file[512];
+    snprintf(log, sizeof(log), "%s/serve-kvpool-%d.log", testdata_scratch_dir(), (int)getpid());
+    snprintf(port_file, sizeof(port_file), "%s/port-kvpool-%d", testdata_scratch_dir(), (int)getpid());
+    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--slots", "1", "--ctx", "256",
+                          "-t", "1", "--port", "0", "--port-file", port_file,
+                          "--kv-max", "64", "--kv-hold-ms", "0", NULL};
+    int port = st_spawn(argv, port_file, log, 1);
+    assert_int_equal(status_of_prompt(port, 45), 200);
+    assert_int_equal(status_of_prompt(port, 80), 400);
+    st_stop(g_live_pid, log);
+    /* without the option the same request is served */
+    const char *argv2[] = {STRATA_BIN, "serve", "-m", g_model, "--slots", "1", "--ctx", "256",
+                           "-t", "1", "--port", "0", "--port-file", port_file, NULL};
+    port = st_spawn(argv2, port_file, log, 1);
+    assert_int_equal(status_of_prompt(port, 80), 200);
+    st_stop(g_live_pid, log);
+}
+ST_MODEL_TEST(test_pool_options_reach_the_engine)
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_flags_reach_the_engine_guard, st_kill_leftover),
         cmocka_unit_test_teardown(test_bad_values_fail_at_once_guard, st_kill_leftover),
+        cmocka_unit_test_teardown(test_pool_options_reach_the_engine_guard, st_kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }
