@@ -102,6 +102,7 @@ int cmd_eval(int argc, char **argv)
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
     int64_t n_threads = cli_default_threads(), n_ctx = 0, n_batch = MODEL_DEFAULT_BATCH;
     uint32_t k_type = 0, v_type = 0; /* F16 */
+    int kv_opt;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -123,18 +124,9 @@ int cmd_eval(int argc, char **argv)
             if (parse_count(a, argv[++i], INT32_MAX / 2, &n_ctx) != 0) return 2;
         } else if (strcmp(a, "--batch") == 0 || strcmp(a, "-b") == 0) {
             if (parse_count(a, argv[++i], 1 << 20, &n_batch) != 0) return 2;
-        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "-ctk") == 0 ||
-                   strcmp(a, "--cache-type-k") == 0 || strcmp(a, "-ctv") == 0 ||
-                   strcmp(a, "--cache-type-v") == 0) {
-            /* --kv-type sets keys and values; -ctk / -ctv one of them */
-            uint32_t t;
-            strata_err kerr;
-            if (kv_type_parse(v, &t, &kerr) != 0) {
-                fprintf(stderr, "strata eval: %s: %s\n", a, kerr.msg);
-                return 2;
-            }
-            if (strcmp(a, "-ctv") != 0 && strcmp(a, "--cache-type-v") != 0) k_type = t;
-            if (strcmp(a, "-ctk") != 0 && strcmp(a, "--cache-type-k") != 0) v_type = t;
+        } else if ((kv_opt = cli_kv_type_option("eval", a, v, &k_type, &v_type)) != 0) {
+            /* --kv-type, -ctk, -ctv: stored, or refused with a message */
+            if (kv_opt < 0) return 2;
             i++;
         } else {
             fprintf(stderr, "strata eval: unknown option '%s'\n", a);

@@ -300,6 +300,7 @@ int cmd_run(int argc, char **argv)
     double n_gen = 256, threads = cli_default_threads(), n_ctx = 0, seed = -1;
     bool chat = false;
     uint32_t k_type = 0, v_type = 0; /* F16 */
+    int kv_opt;
     sample_params sp = sample_params_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -342,18 +343,9 @@ int cmd_run(int argc, char **argv)
             rc = parse_num(a, v, 1, 512, &threads);
         } else if (strcmp(a, "--ctx") == 0) {
             rc = parse_num(a, v, 1, 1 << 24, &n_ctx);
-        } else if (strcmp(a, "--kv-type") == 0 || strcmp(a, "-ctk") == 0 ||
-                   strcmp(a, "--cache-type-k") == 0 || strcmp(a, "-ctv") == 0 ||
-                   strcmp(a, "--cache-type-v") == 0) {
-            /* --kv-type sets keys and values; -ctk / -ctv one of them */
-            uint32_t t;
-            strata_err kerr;
-            if (kv_type_parse(v, &t, &kerr) != 0) {
-                fprintf(stderr, "strata run: %s: %s\n", a, kerr.msg);
-                return 2;
-            }
-            if (strcmp(a, "-ctv") != 0 && strcmp(a, "--cache-type-v") != 0) k_type = t;
-            if (strcmp(a, "-ctk") != 0 && strcmp(a, "--cache-type-k") != 0) v_type = t;
+        } else if ((kv_opt = cli_kv_type_option("run", a, v, &k_type, &v_type)) != 0) {
+            /* --kv-type, -ctk, -ctv: stored, or refused with a message */
+            if (kv_opt < 0) return 2;
         } else {
             fprintf(stderr, "strata run: unknown option '%s'\n", a);
             run_usage(stderr);

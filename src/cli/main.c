@@ -1,6 +1,12 @@
-/* `strata`: one binary, many subcommands. This file only dispatches. */
+/* `strata`: one binary, many subcommands. This file dispatches, and holds
+ * the few helpers the subcommands share. */
 #define _GNU_SOURCE
 #include "cli.h"
+
+#include "base/err.h"
+#include "model/kv_cache.h"
+
+#include <stdbool.h>
 
 #include <sched.h>
 #include <stdio.h>
@@ -33,6 +39,24 @@ int cli_default_threads(void)
         int n = CPU_COUNT(&set);
         if (n > 0) return n;
     }
+    return 1;
+}
+
+int cli_kv_type_option(const char *cmd, const char *a, const char *v, uint32_t *k_type,
+                       uint32_t *v_type)
+{
+    bool keys = strcmp(a, "-ctk") == 0 || strcmp(a, "--cache-type-k") == 0;
+    bool values = strcmp(a, "-ctv") == 0 || strcmp(a, "--cache-type-v") == 0;
+    if (strcmp(a, "--kv-type") == 0) keys = values = true;
+    if (!keys && !values) return 0;
+    uint32_t t;
+    strata_err err;
+    if (kv_type_parse(v, &t, &err) != 0) {
+        fprintf(stderr, "strata %s: %s: %s\n", cmd, a, err.msg);
+        return -1;
+    }
+    if (keys) *k_type = t;
+    if (values) *v_type = t;
     return 1;
 }
 
