@@ -9,8 +9,8 @@
 # is untimed, done once per type), then llama-bench runs -ctk/-ctv f16 and
 # q8_0. Prints one markdown table of medians of the repetitions (tokens per
 # second) and the q8_0 / f16 ratio of each tool. STRATA (default
-# build/strata) and LLAMA_BENCH (default /work/llamacpp/src/build/bin/
-# llama-bench; skipped when missing) pick the binaries. Raw JSON lines stay
+# build/strata) and LLAMA_BENCH (default: llama-bench on the PATH; a llama.cpp
+# build's build/bin/llama-bench; skipped when missing) pick the binaries. Raw JSON lines stay
 # in $OUT_DIR (default: a new temporary folder, printed at the end).
 set -euo pipefail
 
@@ -21,7 +21,7 @@ threads=${4:-2}
 n_prompt=${5:-512}
 n_gen=${6:-128}
 strata=${STRATA:-build/strata}
-llama_bench=${LLAMA_BENCH:-/work/llamacpp/src/build/bin/llama-bench}
+llama_bench=${LLAMA_BENCH:-$(command -v llama-bench || true)}
 out=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$out"
 : > "$out/strata.jsonl"
