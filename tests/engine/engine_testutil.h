@@ -6,6 +6,7 @@
 #ifndef STRATA_TESTS_ENGINE_TESTUTIL_H
 #define STRATA_TESTS_ENGINE_TESTUTIL_H
 
+#include "engine/engine.h"
 #include "engine/protocol.h"
 #include "testdata.h"
 
@@ -231,6 +232,41 @@ static inline void et_gen_line(char *out, size_t size, int64_t id, const int32_t
     }
     if (seed >= 0 && k < size) k += (size_t)snprintf(out + k, size - k, ",\"seed\":%lld", (long long)seed);
     if (k < size) snprintf(out + k, size - k, "}%s%s}\n", extra ? "," : "", extra ? extra : "");
+}
+
+/* --- driving an engine in-process, as the scheduler tests do: each line
+ * and step's output goes to the collector at once --- */
+
+/* One server -> engine line (with or without its '\n'). A line that does
+ * not decode goes where the engine's reader would send it
+ * (engine_handle_bad_line), so its `err` is collected too. */
+static inline void et_send(engine *e, proto_buf *out, et_collect *c, const char *line)
+{
+    size_t len = strlen(line);
+    if (len > 0 && line[len - 1] == '\n') len--;
+    proto_msg m;
+    proto_error pe;
+    if (proto_decode(line, len, PROTO_DIR_TO_ENGINE, &m, &pe) != 0) {
+        engine_handle_bad_line(e, pe.code, pe.has_id, pe.id, pe.message, out);
+    } else {
+        engine_handle(e, &m, out);
+        proto_msg_free(&m);
+    }
+    et_collect_buf(c, out);
+}
+
+static inline void et_step(engine *e, proto_buf *out, et_collect *c)
+{
+    engine_step(e, out);
+    et_collect_buf(c, out);
+}
+
+/* Steps until the engine has nothing left to do (bounded: a scheduler that
+ * never finishes fails the test instead of hanging it). */
+static inline void et_run(engine *e, proto_buf *out, et_collect *c)
+{
+    for (int i = 0; i < 100000 && engine_busy(e); i++) et_step(e, out, c);
+    assert_false(engine_busy(e));
 }
 
 #endif

@@ -77,26 +77,17 @@ static void fx_close(fixture *f)
 
 static void fx_send(fixture *f, const char *line)
 {
-    size_t len = strlen(line);
-    if (len > 0 && line[len - 1] == '\n') len--;
-    proto_msg m;
-    proto_error pe;
-    if (proto_decode(line, len, PROTO_DIR_TO_ENGINE, &m, &pe) != 0) fail_msg("%s", pe.message);
-    engine_handle(f->e, &m, &f->out);
-    proto_msg_free(&m);
-    et_collect_buf(f->c, &f->out);
+    et_send(f->e, &f->out, f->c, line);
 }
 
 static void fx_step(fixture *f)
 {
-    engine_step(f->e, &f->out);
-    et_collect_buf(f->c, &f->out);
+    et_step(f->e, &f->out, f->c);
 }
 
 static void fx_run(fixture *f)
 {
-    for (int i = 0; i < 100000 && engine_busy(f->e); i++) fx_step(f);
-    assert_false(engine_busy(f->e));
+    et_run(f->e, &f->out, f->c);
 }
 
 /* A sampled gen (temperature 0.9, the seed given) with 3 top logprobs, so

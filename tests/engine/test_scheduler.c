@@ -53,32 +53,19 @@ static void fx_close(fixture *f)
     et_collect_free(f->c);
 }
 
-/* One server → engine line (with or without its '\n'). */
 static void fx_send(fixture *f, const char *line)
 {
-    size_t len = strlen(line);
-    if (len > 0 && line[len - 1] == '\n') len--;
-    proto_msg m;
-    proto_error pe;
-    if (proto_decode(line, len, PROTO_DIR_TO_ENGINE, &m, &pe) != 0) {
-        engine_handle_bad_line(f->e, pe.code, pe.has_id, pe.id, pe.message, &f->out);
-    } else {
-        engine_handle(f->e, &m, &f->out);
-        proto_msg_free(&m);
-    }
-    et_collect_buf(f->c, &f->out);
+    et_send(f->e, &f->out, f->c, line);
 }
 
 static void fx_step(fixture *f)
 {
-    engine_step(f->e, &f->out);
-    et_collect_buf(f->c, &f->out);
+    et_step(f->e, &f->out, f->c);
 }
 
 static void fx_run(fixture *f)
 {
-    for (int i = 0; i < 100000 && engine_busy(f->e); i++) fx_step(f);
-    assert_false(engine_busy(f->e));
+    et_run(f->e, &f->out, f->c);
 }
 
 static void fx_gen(fixture *f, int64_t id, const int32_t *toks, size_t n, int64_t max_tokens,
