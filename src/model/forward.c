@@ -459,6 +459,9 @@ static int prepare_batch(model_ctx *ctx, const model_batch *b, strata_err *err)
                                       " holds %" PRId64 " positions, so it cannot continue at %" PRId32,
                                       i, s, len, p);
             }
+            /* the write guard: never into a shared or published block */
+            int rc = kv_seq_check_writable(kv, s, p, err);
+            if (rc != 0) return rc;
             ctx->seq_first[s] = p;
         } else if (p != ctx->seq_next[s]) {
             return strata_err_set(err, STRATA_EINVAL,

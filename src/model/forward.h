@@ -73,7 +73,10 @@ const model *model_ctx_model(const model_ctx *ctx);
  * token asked for, in batch order (n_out = the number of nonzero
  * want_logits, or n_tokens); it may be NULL when n_out is 0. The batch is
  * checked in full before anything changes: STRATA_EINVAL for a token id out
- * of range, an inactive sequence or positions that break the rule above;
+ * of range, an inactive sequence, positions that break the rule above, or
+ * a first position that would write into a block shared with another
+ * sequence or published in the prefix cache (kv_seq_check_writable: a
+ * programming error, caught in every build at one check per sequence);
  * STRATA_ERANGE when the KV cache has no room (nothing is changed then).
  * The batch's positions are in the cache afterwards. */
 int model_forward(model_ctx *ctx, const model_batch *b, float *logits_out, strata_err *err);

@@ -433,6 +433,28 @@ void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos)
     if (kv->prefix != NULL) kv_prefix_on_truncate(kv, seq_id, n_pos);
 }
 
+int kv_seq_check_writable(const kv_cache *kv, int32_t seq_id, int64_t p0, strata_err *err)
+{
+    const kv_seq *s = seq_get(kv, seq_id);
+    if (s == NULL) {
+        return strata_err_set(err, STRATA_EINVAL, "sequence %" PRId32 " is not active", seq_id);
+    }
+    if (p0 < 0 || p0 % kv->block_tokens == 0) return 0;
+    int64_t idx = p0 / kv->block_tokens;
+    if (idx >= s->n_blocks) return 0;
+    int32_t b = s->blocks[idx];
+    if (kv->refcount[b] == 1) return 0;
+    return strata_err_set(err, STRATA_EINVAL,
+                          "KV cache: sequence %" PRId32 " would write position %" PRId64
+                          " into block %" PRId32 ", which is %s (%" PRId32
+                          " references): shared blocks are read-only",
+                          seq_id, p0, b,
+                          kv->prefix != NULL && kv_prefix_block_listed(kv, b)
+                              ? "published in the prefix cache"
+                              : "shared",
+                          kv->refcount[b]);
+}
+
 bool kv_seq_active(const kv_cache *kv, int32_t seq_id)
 {
     return seq_get(kv, seq_id) != NULL;

@@ -141,6 +141,21 @@ void kv_seq_remove(kv_cache *kv, int32_t seq_id);
  * past them; n_pos >= the current length does nothing. */
 void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos);
 
+/* The write guard. Whether an active sequence may write its positions
+ * from p0 on (p0 <= its length) once kv_seq_truncate has cut it to p0:
+ * the one block of its table that such writes reach and truncating keeps,
+ * the block holding p0 when p0 is inside a block, must be the sequence's
+ * alone (refcount 1: held by no other sequence and not listed in the
+ * prefix cache, whose index holds a reference of its own). Blocks past it
+ * are released by the truncation and taken fresh. Writing into a shared or
+ * published block would change the keys and values others read, or that
+ * a later lookup hands out for other tokens: a programming error (the
+ * engine never does it; kv_seq_reuse_prefix copies such a block first).
+ * Returns 0, or STRATA_EINVAL naming the sequence, position and block.
+ * One check per sequence per batch (model_forward calls it before it
+ * changes anything), none per row. */
+int kv_seq_check_writable(const kv_cache *kv, int32_t seq_id, int64_t p0, strata_err *err);
+
 bool kv_seq_active(const kv_cache *kv, int32_t seq_id);
 
 /* Positions held by the sequence (0 when inactive or out of range). */

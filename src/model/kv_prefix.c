@@ -193,6 +193,12 @@ bool kv_prefix_evict_one(kv_cache *kv)
     return true;
 }
 
+bool kv_prefix_block_listed(const kv_cache *kv, int32_t b)
+{
+    const kv_prefix *p = kv->prefix;
+    return p != NULL && p->serial[b] != 0;
+}
+
 bool kv_prefix_block_idle(const kv_cache *kv, int32_t b)
 {
     const kv_prefix *p = kv->prefix;

@@ -75,7 +75,8 @@ int kv_seq_reuse_prefix(kv_cache *kv, int32_t seq_id, const int32_t *tokens, int
  * forward pass); cheap when no new block is full. Off or inactive: no-op.
  * The caller must not rewrite positions of a published block (truncating
  * into one then writing): kv_seq_reuse_prefix is the one path that
- * rewrites a cached position, and it copies the block first. */
+ * rewrites a cached position, and it copies the block first;
+ * model_forward refuses such a write (kv_seq_check_writable). */
 void kv_prefix_publish(kv_cache *kv, int32_t seq_id, const int32_t *tokens);
 
 typedef struct kv_prefix_stats {
@@ -98,6 +99,8 @@ void kv_prefix_on_unref(kv_cache *kv, int32_t block);
  * false when none is idle. */
 bool kv_prefix_evict_one(kv_cache *kv);
 int32_t kv_prefix_n_idle(const kv_cache *kv);
+/* Whether block b is listed in the index (held or idle). */
+bool kv_prefix_block_listed(const kv_cache *kv, int32_t b);
 /* Whether block b is idle (listed, held by no sequence). */
 bool kv_prefix_block_idle(const kv_cache *kv, int32_t b);
 /* Evicts block b if it is idle (the elastic pool emptying a step); false

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "model/kv_cache.h"
+#include "model/kv_prefix.h"
 #include "model_testutil.h"
 
 static kv_cache *make(int64_t n_ctx, int n_seq)
@@ -251,6 +252,83 @@ static void test_forward_batch_checks(void **state)
     model_close(m);
 }
 
+/* The write guard (kv_seq_check_writable): a batch that would write into a
+ * block published in the prefix cache, or shared with another sequence,
+ * is refused with STRATA_EINVAL before anything changes. The engine never
+ * builds such a batch, so the situations are made by hand here. */
+static void test_write_guard(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "models/stories260K.gguf");
+    model_ctx *ctx = mt_ctx(m, 256, 2, 1, 0);
+    kv_cache *kv = model_ctx_kv(ctx);
+    strata_err err;
+    if (kv_prefix_enable(kv, -1, &err) != 0) fail_msg("%s", err.msg);
+    int32_t tok[80], seq[80], pos[80];
+    for (int i = 0; i < 80; i++) {
+        tok[i] = 3 + (i * 37) % 400;
+        seq[i] = 0;
+        pos[i] = i;
+    }
+    const int64_t nv = m->hp.n_vocab;
+    float *logits = malloc((size_t)(80 * nv) * sizeof(float));
+    float *again = malloc((size_t)(80 * nv) * sizeof(float));
+    assert_int_equal(kv_seq_add(kv, 0, &err), 0);
+    model_batch b = {.n_tokens = 74, .tokens = tok, .seq_ids = seq, .pos = pos};
+    assert_int_equal(model_forward(ctx, &b, logits, &err), 0);
+    kv_prefix_publish(kv, 0, tok); /* blocks 0 and 1 are listed now */
+    int32_t free_before = kv_free_blocks(kv);
+
+    /* rewinding into published block 1 (position 40) and writing: refused */
+    b = (model_batch){.n_tokens = 10, .tokens = tok + 40, .seq_ids = seq, .pos = pos + 40};
+    assert_int_equal(model_forward(ctx, &b, again, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "published"));
+    assert_int_equal(kv_seq_len(kv, 0), 74);
+    assert_int_equal(kv_free_blocks(kv), free_before);
+    /* the same after an explicit truncation into the block */
+    kv_seq_truncate(kv, 0, 40);
+    assert_int_equal(model_forward(ctx, &b, again, &err), STRATA_EINVAL);
+    assert_int_equal(kv_seq_len(kv, 0), 40);
+    /* from the block's start the block is released, not written: allowed,
+     * and the positions come out as the first time */
+    b = (model_batch){.n_tokens = 42, .tokens = tok + 32, .seq_ids = seq, .pos = pos + 32};
+    assert_int_equal(model_forward(ctx, &b, again, &err), 0);
+    assert_memory_equal(again, logits + 32 * nv, (size_t)(42 * nv) * sizeof(float));
+    /* the partly filled last block (position 74) is the sequence's own */
+    b = (model_batch){.n_tokens = 1, .tokens = tok + 74, .seq_ids = seq, .pos = pos + 74};
+    assert_int_equal(model_forward(ctx, &b, again, &err), 0);
+
+    /* a block shared by two sequences without the index: made by hand */
+    assert_int_equal(kv_seq_add(kv, 1, &err), 0);
+    kv_seq *s1 = &kv->seqs[1];
+    int32_t b2 = kv->seqs[0].blocks[2]; /* positions 64..74, not listed */
+    assert_int_equal(kv->refcount[b2], 1);
+    assert_int_equal(kv_seq_check_writable(kv, 0, 70, &err), 0);
+    s1->blocks[0] = b2;
+    s1->n_blocks = 1;
+    s1->n_pos = 5;
+    kv->refcount[b2]++;
+    assert_int_equal(kv_seq_check_writable(kv, 0, 70, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "shared"));
+    int32_t s_tok = 9, s_seq = 1, s_pos = 5;
+    b = (model_batch){.n_tokens = 1, .tokens = &s_tok, .seq_ids = &s_seq, .pos = &s_pos};
+    assert_int_equal(model_forward(ctx, &b, again, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "shared"));
+    assert_int_equal(kv_seq_len(kv, 1), 5);
+    /* undo by hand */
+    kv->refcount[b2]--;
+    s1->n_blocks = 0;
+    s1->n_pos = 0;
+    kv_seq_remove(kv, 1);
+    /* an inactive sequence is refused too */
+    assert_int_equal(kv_seq_check_writable(kv, 1, 0, &err), STRATA_EINVAL);
+    free(logits);
+    free(again);
+    model_ctx_free(ctx);
+    model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_row_types),
         cmocka_unit_test(test_sequences_and_blocks),
         cmocka_unit_test(test_forward_batch_checks),
+        cmocka_unit_test(test_write_guard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
