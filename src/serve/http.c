@@ -813,6 +813,40 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
     return respond_json(s, c, endpoint, 200, out);
 }
 
+/* GET /slots (README "GET /slots"): the pool as pool_get_info saw it, one
+ * object per replica; kv is null until that replica's engine, as now
+ * running, has sent a pong with KV figures. Returns a new reference, or NULL
+ * when out of memory. */
+static json_t *slots_view(const pool_info *pi)
+{
+    json_t *reps = json_array();
+    if (reps == NULL) return NULL;
+    for (int i = 0; i < pi->n_replicas; i++) {
+        const pool_replica_info *r = &pi->rep[i];
+        json_t *kv = json_null();
+        if (r->kv_known) {
+            kv = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "blocks_total",
+                           (json_int_t)r->kv.blocks, "blocks_used", (json_int_t)r->kv.used,
+                           "blocks_cached", (json_int_t)r->kv.cached, "bytes",
+                           (json_int_t)r->kv.bytes, "committed_bytes",
+                           (json_int_t)r->kv.committed_bytes, "lookup_tokens",
+                           (json_int_t)r->kv.lookup_tokens, "hit_tokens",
+                           (json_int_t)r->kv.hit_tokens, "preemptions",
+                           (json_int_t)r->kv.preemptions);
+        }
+        json_t *o = json_pack("{s:i,s:b,s:i,s:i,s:I,s:I,s:b,s:o*}", "replica", i, "ready",
+                              r->ready != 0, "slots", r->slots, "busy", r->in_flight, "n_ctx",
+                              (json_int_t)r->n_ctx, "restarts", (json_int_t)r->restarts,
+                              "embeddings", r->embeddings != 0, "kv", kv);
+        if (o == NULL || json_array_append_new(reps, o) != 0) {
+            json_decref(reps);
+            return NULL;
+        }
+    }
+    return json_pack("{s:i,s:i,s:i,s:o}", "replicas_ready", pi->n_ready, "queued",
+                     pi->queue_depth, "replicas_total", pi->n_replicas, "replicas", reps);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
@@ -868,7 +902,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *path, *method;
     } routes[] = {{"/health", "GET"},   {"/v1/models", "GET"},  {"/metrics", "GET"},
                   {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                  {"/v1/embeddings", "POST"},  {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+                  {"/v1/embeddings", "POST"},  {"/tokenize", "POST"}, {"/detokenize", "POST"},
+                  {"/slots", "GET"}};
     int route = -1;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(url, routes[i].path) == 0) route = (int)i;
@@ -928,7 +963,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case 4: return handle_gen(s, c, endpoint, API_CHAT, h);
     case 5: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
     case 6: return handle_tokenize(s, c, h, false);
-    default: return handle_tokenize(s, c, h, true);
+    case 7: return handle_tokenize(s, c, h, true);
+    default:
+        pool_get_info(s->p, &pi);
+        return respond_json(s, c, endpoint, 200, slots_view(&pi));
     }
 }
 

@@ -120,6 +120,9 @@ static void kv_render(sbuf *o, const pool_info *pi, const char *model_name)
     } const series[] = {
         {"strata_kv_bytes", "gauge", "Bytes of the replica's KV cache pool.",
          offsetof(pool_kv_figures, bytes)},
+        {"strata_kv_committed_bytes", "gauge",
+         "Bytes of the replica's KV pool committed now (elastic pools; 0 when not reported).",
+         offsetof(pool_kv_figures, committed_bytes)},
         {"strata_prefix_cache_lookup_tokens_total", "counter",
          "Prompt tokens looked up in the prefix cache since the engine started.",
          offsetof(pool_kv_figures, lookup_tokens)},

@@ -13,6 +13,7 @@
  * counters again, which Prometheus reads as a counter reset):
  *   strata_kv_blocks{replica,state="total|used|cached"}   gauge
  *   strata_kv_bytes{replica}                               gauge
+ *   strata_kv_committed_bytes{replica}                     gauge
  *   strata_prefix_cache_lookup_tokens_total{replica}       counter
  *   strata_prefix_cache_hit_tokens_total{replica}          counter
  *   strata_kv_preemptions_total{replica}                   counter

@@ -110,10 +110,12 @@ void pool_cancel(pool *p, sreq *r);
 
 /* The KV figures of an engine's latest pong (engine/protocol.h `pong.kv`),
  * as it sent them: blocks in all, in use by running requests, listed in the
- * prefix cache; the pool's bytes; prompt tokens looked up in and reused from
- * the prefix cache, and requests preempted, since that engine started. */
+ * prefix cache; the pool's bytes, and the bytes of it committed (memory the
+ * pool holds now; 0 when the engine did not say, as a resident pool does
+ * not); prompt tokens looked up in and reused from the prefix cache, and
+ * requests preempted, since that engine started. */
 typedef struct pool_kv_figures {
-    int64_t blocks, used, cached, bytes;
+    int64_t blocks, used, cached, bytes, committed_bytes;
     int64_t lookup_tokens, hit_tokens, preemptions;
 } pool_kv_figures;
 

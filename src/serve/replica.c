@@ -173,6 +173,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
             rep->kv_known = true;
             rep->kv = (pool_kv_figures){.blocks = pg->kv_blocks, .used = pg->kv_used,
                                         .cached = pg->kv_cached, .bytes = pg->kv_bytes,
+                                        .committed_bytes = pg->kv_committed_bytes,
                                         .lookup_tokens = pg->kv_lookup_tokens,
                                         .hit_tokens = pg->kv_hit_tokens,
                                         .preemptions = pg->kv_preemptions};

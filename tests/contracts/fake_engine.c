@@ -33,8 +33,9 @@
  * SILENT request still shows progress); a step is never running but in
  * WEDGE and LONG_STEP; ms_per_token is FAKE_ENGINE_MS_PER_TOKEN (default
  * 0.5); kv says 16 blocks of which one per live request is used, 3
- * cached, 1024 bytes, lookup_tokens the prompt tokens of every gen received,
- * hit_tokens the sum of their cached_n (k % 5), 2 preemptions.
+ * cached, 1024 bytes (512 committed), lookup_tokens the prompt tokens of
+ * every gen received, hit_tokens the sum of their cached_n (k % 5), 2
+ * preemptions.
  *
  * Token i of request k is 259 + (k * 31 + i * 17) % 253. Stats are a
  * function of k alone: cached_n k % 5, prompt_ms k * 0.5 + 0.25,
@@ -168,6 +169,7 @@ static void send_pong(int64_t id, int n_live)
     pg->kv_blocks = 16;
     pg->kv_used = n_live;
     pg->kv_bytes = 1024;
+    pg->kv_committed_bytes = 512;
     pg->kv_cached = 3;
     pg->kv_lookup_tokens = g_lookup_tokens;
     pg->kv_hit_tokens = g_hit_tokens;

@@ -188,7 +188,7 @@ static void sse_free(sse *s)
 static json_t *complete(srv *s, const char *body, int *status)
 {
     http_response hr;
-    assert_int_equal(http_do(s->port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    assert_int_equal(http_do(s->port, "POST", "/v1/completions", body, g_auth_header, &hr), 0);
     *status = hr.status;
     json_t *j = json_loads(hr.body, 0, NULL);
     if (j == NULL) print_message("unparsable body: %s\n", hr.body);
@@ -1279,7 +1279,8 @@ static int kill_leftover(void **state)
 
 /* /metrics carries each replica's KV figures from its engine's latest pong,
  * and vLLM's names over all replicas. The fake's figures (fake_engine.c) are
- * known: 16 blocks, one used per live request, 3 cached, 1024 bytes, the
+ * known: 16 blocks, one used per live request, 3 cached, 1024 bytes (512
+ * committed), the
  * prompt tokens of its gens looked up and their k % 5 hit, 2 preemptions. */
 static void test_metrics_kv_per_replica(void **state)
 {
@@ -1299,6 +1300,8 @@ static void test_metrics_kv_per_replica(void **state)
         "strata_kv_blocks{replica=\"%d\",state=\"used\"} 0\n",
         "strata_kv_blocks{replica=\"%d\",state=\"cached\"} 3\n",
         "strata_kv_bytes{replica=\"%d\"} 1024\n",
+        "# TYPE strata_kv_committed_bytes gauge\n",
+        "strata_kv_committed_bytes{replica=\"%d\"} 512\n",
         "# TYPE strata_prefix_cache_hit_tokens_total counter\n",
         "strata_prefix_cache_hit_tokens_total{replica=\"%d\"} 2\n",
         "strata_kv_preemptions_total{replica=\"%d\"} 2\n",
@@ -1344,7 +1347,117 @@ static void test_metrics_kv_per_replica(void **state)
     srv_stop(&s);
 }
 
+/* Polls GET /slots (with g_auth_header) until pred says yes (bounded);
+ * returns the view that satisfied it. */
+static json_t *wait_slots(srv *s, bool (*pred)(json_t *, int), int arg, const char *what)
+{
+    for (int i = 0; i < 400; i++) {
+        http_response hr;
+        if (http_do(s->port, "GET", "/slots", NULL, g_auth_header, &hr) == 0) {
+            json_t *j = hr.status == 200 ? json_loads(hr.body, 0, NULL) : NULL;
+            http_response_free(&hr);
+            if (j != NULL && pred(j, arg)) return j;
+            json_decref(j);
+        }
+        usleep(25 * 1000);
+    }
+    fail_msg("/slots never showed %s", what);
+    return NULL;
+}
+
+static json_t *slot_rep(json_t *j, int i)
+{
+    return json_array_get(json_object_get(j, "replicas"), (size_t)i);
+}
+
+static int64_t slot_int(json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* Replica rep's engine has reported its gen and holds no block. */
+static bool slots_after_gen(json_t *j, int rep)
+{
+    json_t *kv = json_object_get(slot_rep(j, rep), "kv");
+    return slot_int(kv, "lookup_tokens") == 9 && slot_int(kv, "blocks_used") == 0;
+}
+
+/* Both replicas busy, arg requests queued, each engine showing its block. */
+static bool slots_busy(json_t *j, int queued)
+{
+    if (slot_int(j, "queued") != queued) return false;
+    for (int i = 0; i < 2; i++) {
+        json_t *r = slot_rep(j, i);
+        if (slot_int(r, "busy") != 1 || slot_int(json_object_get(r, "kv"), "blocks_used") != 1) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool slots_idle(json_t *j, int unused)
+{
+    (void)unused;
+    return slot_int(j, "queued") == 0 && slot_int(slot_rep(j, 0), "busy") == 0 &&
+           slot_int(slot_rep(j, 1), "busy") == 0;
+}
+
+/* GET /slots: behind the API key, GET only; per replica its readiness,
+ * slots, busy slots, n_ctx, restarts and its engine's KV figures (the
+ * fake's, fake_engine.c), and the shared queue. */
+static void test_slots_view(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 1, 8, "--api-key", "sekret", NULL);
+    const char *key = "Authorization: Bearer sekret\r\n";
+    g_auth_header = key;
+    assert_int_equal(status_of(&s, "GET", "/slots", NULL, NULL, NULL), 401);
+    assert_int_equal(status_of(&s, "POST", "/slots", "{}", key, NULL), 405);
+    int rep = expect_normal_replica(&s, 12, 2); /* 9 prompt tokens, 2 hit */
+    assert_true(rep == 0 || rep == 1);
+    json_t *j = wait_slots(&s, slots_after_gen, rep, "the gen's figures");
+    assert_int_equal(slot_int(j, "replicas_total"), 2);
+    assert_int_equal(slot_int(j, "replicas_ready"), 2);
+    assert_int_equal(slot_int(j, "queued"), 0);
+    assert_int_equal(json_array_size(json_object_get(j, "replicas")), 2);
+    json_t *r = slot_rep(j, rep);
+    assert_int_equal(slot_int(r, "replica"), rep);
+    assert_true(json_is_true(json_object_get(r, "ready")));
+    assert_int_equal(slot_int(r, "slots"), 1);
+    assert_int_equal(slot_int(r, "busy"), 0);
+    assert_true(slot_int(r, "n_ctx") > 0);
+    assert_int_equal(slot_int(r, "restarts"), 0);
+    json_t *kv = json_object_get(r, "kv");
+    assert_int_equal(slot_int(kv, "blocks_total"), 16);
+    assert_int_equal(slot_int(kv, "blocks_cached"), 3);
+    assert_int_equal(slot_int(kv, "bytes"), 1024);
+    assert_int_equal(slot_int(kv, "committed_bytes"), 512);
+    assert_int_equal(slot_int(kv, "hit_tokens"), 2);
+    assert_int_equal(slot_int(kv, "preemptions"), 2);
+    json_decref(j);
+
+    /* Both slots held and one request queued. */
+    int fd[3];
+    for (int i = 0; i < 3; i++) {
+        char *b = completion_body(OP_SILENT, 40 + i, 0, 0, 0, "\"stream\":true");
+        fd[i] = http_connect(s.port, 30);
+        assert_true(fd[i] >= 0);
+        assert_int_equal(http_send_request(fd[i], "POST", "/v1/completions", b, key), 0);
+        free(b);
+        if (i == 1) json_decref(wait_slots(&s, slots_busy, 0, "both slots busy"));
+    }
+    json_decref(wait_slots(&s, slots_busy, 1, "one request queued"));
+    close(fd[2]); /* the queued one first, so it is dropped, never dispatched */
+    close(fd[0]);
+    close(fd[1]);
+    json_decref(wait_slots(&s, slots_idle, 0, "all idle"));
+    srv_stop(&s);
+    g_auth_header = NULL;
+}
+
 ST_MODEL_TEST(test_metrics_kv_per_replica)
+ST_MODEL_TEST(test_slots_view)
 ST_MODEL_TEST(test_ends_at_eos_and_length)
 ST_MODEL_TEST(test_stream_with_usage)
 ST_MODEL_TEST(test_stop_string)
@@ -1391,6 +1504,7 @@ int main(void)
         cmocka_unit_test_teardown(test_long_step_is_not_a_wedge_guard, kill_leftover),
         cmocka_unit_test_teardown(test_real_engine_hang_is_caught_guard, kill_leftover),
         cmocka_unit_test_teardown(test_metrics_kv_per_replica_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_slots_view_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

@@ -49,6 +49,22 @@ static void test_parse_cache_prompt(void **state)
     sreq_release(r);
     api_gen_free(&g);
 
+    /* streamed, completion and chat: the same opt-out */
+    const char *streamed[] = {
+        "{\"prompt\":[1,2,3],\"stream\":true,\"cache_prompt\":false}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
+        "\"cache_prompt\":false}"};
+    for (size_t k = 0; k < 2; k++) {
+        enum api_kind kind = k == 0 ? API_COMPLETION : API_CHAT;
+        assert_int_equal(api_parse_gen(&env, kind, streamed[k], strlen(streamed[k]), &g, &e), 0);
+        assert_true(g.stream);
+        r = sreq_new(1, false);
+        api_gen_move_to(&g, r);
+        assert_true(r->gen.no_cache);
+        sreq_release(r);
+        api_gen_free(&g);
+    }
+
     const char *on[] = {"{\"prompt\":[1,2,3]}", "{\"prompt\":[1,2,3],\"cache_prompt\":true}",
                         "{\"prompt\":[1,2,3],\"cache_prompt\":null}"};
     for (size_t k = 0; k < 3; k++) {
