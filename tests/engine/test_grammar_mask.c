@@ -1,0 +1,114 @@
+/* Grammar masks on real vocabularies (llama-bpe, 128k tokens; qwen2,
+ * 151k) against brute force: at every state of random walks through a JSON
+ * grammar, the mask must hold exactly the tokens whose bytes the
+ * recognizer accepts one by one; control and end-of-generation tokens are
+ * never in it. The walks pick allowed tokens at random, so they pass
+ * through strings, escapes, numbers, nesting and split UTF-8 characters. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "engine/engine_grammar.h"
+#include "json_gbnf.h"
+#include "testdata.h"
+#include "text/tokenizer.h"
+
+static void check_vocab(const char *rel)
+{
+    char path[4096];
+    TESTDATA_FILE(path, rel);
+    vocab *v = NULL;
+    strata_err err;
+    if (vocab_open(&v, path, &err) != 0) fail_msg("%s", err.msg);
+    grammar_vocab *gv = NULL;
+    if (engine_grammar_vocab(&gv, v, &err) != 0) fail_msg("%s", err.msg);
+    int32_t n = vocab_n_tokens(v);
+    uint8_t **bytes = calloc((size_t)n, sizeof(*bytes));
+    size_t *lens = calloc((size_t)n, sizeof(*lens));
+    char *buf = malloc(TOK_MAX_PIECE_BYTES);
+    for (int32_t t = 0; t < n; t++) {
+        size_t len = 0;
+        assert_int_equal(tok_token_to_piece(v, t, false, buf, TOK_MAX_PIECE_BYTES, &len, &err), 0);
+        bytes[t] = malloc(len + 1);
+        memcpy(bytes[t], buf, len);
+        lens[t] = len;
+    }
+    grammar *g = NULL;
+    if (grammar_parse(&g, json_gbnf, strlen(json_gbnf), &err) != 0) fail_msg("%s", err.msg);
+    size_t words = grammar_mask_words(gv);
+    uint32_t *mask = malloc(words * sizeof(uint32_t));
+    strata_rng rng;
+    strata_rng_seed(&rng, 1234);
+    int states = 0;
+    for (int walk = 0; walk < 6; walk++) {
+        grammar_state *s = NULL;
+        assert_int_equal(grammar_state_new(&s, g, &err), 0);
+        for (int step = 0; step < 12; step++) {
+            int64_t count = grammar_state_mask(s, gv, mask);
+            int64_t want = 0;
+            for (int32_t t = 0; t < n; t++) {
+                bool bit = (mask[t / 32] >> (t % 32)) & 1u;
+                bool special = vocab_is_control(v, t) || vocab_is_eog(v, t) ||
+                               vocab_token_type(v, t) == VOCAB_TOKEN_UNUSED;
+                bool ok = !special && lens[t] > 0 && grammar_state_can_accept(s, bytes[t], lens[t]);
+                if (bit != ok) {
+                    fail_msg("%s walk %d step %d token %d (%.*s): mask %d, brute force %d", rel, walk,
+                             step, t, (int)lens[t], (const char *)bytes[t], bit, ok);
+                }
+                want += ok;
+            }
+            assert_int_equal(count, want);
+            states++;
+            if (count == 0) break;
+            /* pick an allowed token: often a long one, to get into strings */
+            int64_t k = (int64_t)(strata_rng_uniform(&rng) * (double)count);
+            int32_t pick = -1;
+            for (int32_t t = 0; t < n; t++) {
+                if ((mask[t / 32] >> (t % 32)) & 1u) {
+                    if (k-- == 0) {
+                        pick = t;
+                        break;
+                    }
+                }
+            }
+            assert_true(pick >= 0);
+            assert_true(grammar_state_accept_bytes(s, bytes[pick], lens[pick]));
+        }
+        grammar_state_free(s);
+    }
+    print_message("%s: %d states checked over %d tokens\n", rel, states, n);
+    free(mask);
+    grammar_free(g);
+    for (int32_t t = 0; t < n; t++) free(bytes[t]);
+    free(bytes), free(lens), free(buf);
+    grammar_vocab_free(gv);
+    vocab_free(v);
+}
+
+static void test_llama_bpe(void **state)
+{
+    (void)state;
+    check_vocab("tokenizer/ggml-vocab-llama-bpe.gguf");
+}
+
+static void test_qwen2(void **state)
+{
+    (void)state;
+    check_vocab("tokenizer/ggml-vocab-qwen2.gguf");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama_bpe),
+        cmocka_unit_test(test_qwen2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
