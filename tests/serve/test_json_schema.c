@@ -1,0 +1,302 @@
+/* The JSON Schema compiler (serve/json_schema.h): each feature's grammar,
+ * parsed by the engine's GBNF parser, accepts the documents the schema
+ * allows and rejects the others (run through the byte recognizer); errors
+ * name the keyword and its path; output is deterministic and bounded. */
+#include "sample/grammar.h"
+#include "serve/json_schema.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+static char *compile_ok(const char *schema)
+{
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    if (s == NULL) fail_msg("bad test schema: %s", schema);
+    char *g = NULL;
+    strata_err err = {0};
+    int rc = json_schema_to_gbnf(s, &g, &err);
+    json_decref(s);
+    if (rc != 0) fail_msg("schema %s: %s", schema, err.msg);
+    return g;
+}
+
+static bool accepts(const grammar *g, const char *doc)
+{
+    grammar_state *st = NULL;
+    strata_err err;
+    assert_int_equal(grammar_state_new(&st, g, &err), 0);
+    bool ok = grammar_state_accept_bytes(st, (const uint8_t *)doc, strlen(doc)) &&
+              grammar_state_can_end(st);
+    grammar_state_free(st);
+    return ok;
+}
+
+/* schema; then documents, each prefixed with '+' (must accept) or '-'
+ * (must reject); NULL ends. */
+static void check(const char *schema, ...)
+{
+    char *text = compile_ok(schema);
+    grammar *g = NULL;
+    strata_err err = {0};
+    if (grammar_parse(&g, text, strlen(text), &err) != 0) {
+        fail_msg("schema %s\ncompiled to a grammar the parser refuses: %s\n%s", schema, err.msg, text);
+    }
+    va_list ap;
+    va_start(ap, schema);
+    const char *d;
+    while ((d = va_arg(ap, const char *)) != NULL) {
+        bool want = d[0] == '+';
+        if (accepts(g, d + 1) != want) {
+            fail_msg("schema %s\n%s `%s`\ngrammar:\n%s", schema, want ? "rejects" : "accepts", d + 1, text);
+        }
+    }
+    va_end(ap);
+    grammar_free(g);
+    free(text);
+}
+
+static void test_types(void **state)
+{
+    (void)state;
+    check("{\"type\":\"integer\"}", "+0", "+-12", "+1234567890", "-01", "--", "-1.5", "-", "-\"1\"", NULL);
+    check("{\"type\":\"number\"}", "+0", "+-0.5", "+1e10", "+2.5E-3", "-01", "-.5", "-1.", "-+1", NULL);
+    check("{\"type\":\"string\"}", "+\"\"", "+\"a b\\\"c\\\\\\n\\u00e9\"", "-\"a", "-\"\\x\"", "-'a'",
+          "-\"a\nb\"", NULL);
+    check("{\"type\":\"boolean\"}", "+true", "+false", "-True", "-1", NULL);
+    check("{\"type\":\"null\"}", "+null", "-nul", "-\"null\"", NULL);
+    check("{\"type\":[\"string\",\"null\"]}", "+null", "+\"x\"", "-1", NULL);
+    check("{}", "+{\"a\":[1,2.5,\"x\",null,true,{}]}", "+1", "-{\"a\" :1}", "-[1, 2]", "-{a:1}", NULL);
+    check("true", "+[]", "+\"s\"", NULL);
+}
+
+static void test_objects(void **state)
+{
+    (void)state;
+    const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                    "\"b\":{\"type\":\"string\"},\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}";
+    check(s, "+{\"b\":\"x\"}", "+{\"a\":1,\"b\":\"x\"}", "+{\"b\":\"x\",\"c\":true}",
+          "+{\"a\":1,\"b\":\"x\",\"c\":false}", "-{}", "-{\"a\":1}", "-{\"b\":\"x\",\"a\":1}",
+          "-{\"b\":\"x\",}", "-{\"b\":\"x\",\"d\":1}", "-{\"b\": \"x\"}", "-{\"b\":1}", NULL);
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "+{}", "+{\"a\":5}",
+          "-{\"a\":5,\"b\":1}", "-{,}", NULL);
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":true}",
+          "+{}", "+{\"a\":5,\"z\":[1]}", "+{\"z\":null,\"y\":2}", "-{\"a\":5,\"z\"}", NULL);
+    check("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "+{}",
+          "+{\"x\":1,\"y\":2}", "-{\"x\":\"1\"}", NULL);
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":false,"
+          "\"required\":[\"a\"]}", "+{\"a\":1}", "-{}", "-{\"a\":1,\"b\":2}", NULL);
+    check("{\"type\":\"object\"}", "+{}", "+{\"k\":{\"n\":[]}}", "-[]", NULL);
+    check("{\"properties\":{\"a~/\\\"q\":{\"const\":1}},\"required\":[\"a~/\\\"q\"]}",
+          "+{\"a~/\\\"q\":1}", "-{\"a~/\\\"q\":2}", NULL);
+}
+
+static void test_enum_const(void **state)
+{
+    (void)state;
+    check("{\"enum\":[\"red\",\"green\",1,null,{\"a\":[true]}]}", "+\"red\"", "+\"green\"", "+1", "+null",
+          "+{\"a\":[true]}", "-\"blue\"", "-\"re\"", "-2", NULL);
+    check("{\"const\":\"caf\\u00e9\"}", "+\"caf\xc3\xa9\"", "-\"cafe\"", "-\"caf\xc3\"", NULL);
+    check("{\"type\":\"string\",\"enum\":[\"a\\\"b\"]}", "+\"a\\\"b\"", "-\"ab\"", NULL);
+}
+
+static void test_arrays(void **state)
+{
+    (void)state;
+    check("{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}", "+[]", "+[1]", "+[1,2,3]", "-[1,]",
+          "-[\"a\"]", "-[1 ,2]", NULL);
+    check("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", "-[]", "-[1]",
+          "+[1,2]", "+[1,2,3]", "-[1,2,3,4]", NULL);
+    check("{\"type\":\"array\",\"maxItems\":0}", "+[]", "-[1]", NULL);
+    check("{\"type\":\"array\",\"minItems\":1}", "-[]", "+[null]", "+[1,\"a\"]", NULL);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
+          "+[\"a\",1]", "-[\"a\"]", "-[1,\"a\"]", "-[\"a\",1,2]", NULL);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},"
+          "\"maxItems\":3}", "+[\"a\"]", "+[\"a\",true]", "+[\"a\",true,false]", "-[\"a\",true,false,true]",
+          "-[\"a\",1]", NULL);
+}
+
+static void test_strings(void **state)
+{
+    (void)state;
+    check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "-\"a\"", "+\"ab\"", "+\"a\\nc\"",
+          "-\"abcd\"", NULL);
+    check("{\"type\":\"string\",\"maxLength\":0}", "+\"\"", "-\"a\"", NULL);
+    check("{\"type\":\"string\",\"format\":\"date\"}", "+\"2024-02-29\"", "-\"2024-13-01\"",
+          "-\"2024-1-01\"", "-\"2024-01-32\"", NULL);
+    check("{\"type\":\"string\",\"format\":\"time\"}", "+\"23:59:60Z\"", "+\"12:00:00.123+02:00\"",
+          "-\"24:00:00Z\"", "-\"12:00:00\"", NULL);
+    check("{\"type\":\"string\",\"format\":\"date-time\"}", "+\"2024-05-06T07:08:09Z\"",
+          "-\"2024-05-06 07:08:09Z\"", NULL);
+    check("{\"type\":\"string\",\"format\":\"uuid\"}", "+\"123e4567-e89b-12d3-a456-426614174000\"",
+          "-\"123e4567e89b12d3a456426614174000\"", "-\"123e4567-e89b-12d3-a456-42661417400g\"", NULL);
+    check("{\"type\":\"string\",\"format\":\"email\"}", "+\"a.b+c@example.co.uk\"", "-\"a@b\"",
+          "-\"@example.com\"", "-\"a b@example.com\"", NULL);
+}
+
+static void test_patterns(void **state)
+{
+    (void)state;
+    check("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"}", "+\"AB-123\"", "+\"XY-1234\"",
+          "-\"AB-12\"", "-\"ab-123\"", "-\"AB-12345\"", NULL);
+    check("{\"pattern\":\"^(cat|dog)s?$\"}", "+\"cat\"", "+\"dogs\"", "-\"cow\"", "-\"catss\"", NULL);
+    check("{\"pattern\":\"^a.c$\"}", "+\"abc\"", "+\"a\\\"c\"", "-\"ac\"", NULL);
+    check("{\"pattern\":\"^[^0-9]+$\"}", "+\"abc\"", "-\"a1\"", "-\"\"", NULL);
+    check("{\"pattern\":\"^\\\\w+@(?:x|y)\\\\.com$\"}", "+\"ab_1@x.com\"", "-\"ab@z.com\"", "-\"ab@xxcom\"", NULL);
+    check("{\"pattern\":\"^a\\\"b$\"}", "+\"a\\\"b\"", "-\"ab\"", NULL);
+}
+
+static void test_integer_ranges(void **state)
+{
+    (void)state;
+    check("{\"type\":\"integer\",\"minimum\":18,\"maximum\":130}", "+18", "+99", "+100", "+130", "-17",
+          "-131", "-018", "-1000", NULL);
+    check("{\"type\":\"integer\",\"minimum\":-5,\"maximum\":5}", "+-5", "+0", "+5", "-6", "--6", "--0", NULL);
+    check("{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", "-0", "+1", "+9", "-10", NULL);
+    check("{\"type\":\"integer\",\"minimum\":-120,\"maximum\":-7}", "+-7", "+-120", "+-99", "--6", "--121",
+          "-7", NULL);
+    check("{\"type\":\"integer\",\"minimum\":0}", "+0", "+9999999999999999", "--1", "-01", NULL);
+    check("{\"type\":\"integer\",\"maximum\":3}", "+3", "+-123456", "-4", "-10", NULL);
+    check("{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true,\"maximum\":7}", "-5", "+6", "+7", NULL);
+    check("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":3.5}", "-1", "+2", "+3", "-4", NULL);
+}
+
+static void test_combinators(void **state)
+{
+    (void)state;
+    check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", "+1", "+\"a\"",
+          "-\"ab\"", "-null", NULL);
+    check("{\"oneOf\":[{\"const\":\"x\"},{\"type\":\"boolean\"}]}", "+\"x\"", "+true", "-\"y\"", NULL);
+    check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
+          "{\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}", "+{\"a\":1,\"b\":\"x\"}",
+          "-{\"a\":1}", "-{\"b\":\"x\"}", NULL);
+    check("{\"type\":\"string\",\"nullable\":true}", "+null", "+\"a\"", "-1", NULL);
+    check("{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+          "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},"
+          "\"$ref\":\"#/$defs/node\"}", "+{\"v\":1}", "+{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]}]}",
+          "-{\"v\":1,\"kids\":[{}]}", NULL);
+    check("{\"definitions\":{\"p\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},"
+          "\"required\":[\"x\"]}},\"allOf\":[{\"$ref\":\"#/definitions/p\"},{\"properties\":{\"y\":"
+          "{\"type\":\"integer\"}}}]}", "+{\"x\":1}", "+{\"x\":1,\"y\":2}", "-{\"y\":2}", NULL);
+    check("{\"type\":\"object\",\"properties\":{\"l\":{\"$ref\":\"#\"}},\"description\":\"d\",\"title\":\"t\","
+          "\"$schema\":\"x\",\"examples\":[1],\"default\":{}}", "+{}", "+{\"l\":{\"l\":{}}}", "-{\"l\":1}", NULL);
+}
+
+static void expect_error(const char *schema, const char *needle)
+{
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    assert_non_null(s);
+    char *g = NULL;
+    strata_err err = {0};
+    int rc = json_schema_to_gbnf(s, &g, &err);
+    json_decref(s);
+    if (rc == 0) fail_msg("schema %s compiled; expected an error with `%s`", schema, needle);
+    assert_null(g);
+    if (strstr(err.msg, needle) == NULL) fail_msg("schema %s: `%s` lacks `%s`", schema, err.msg, needle);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    expect_error("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"multipleOf\":2}}}",
+                 "`multipleOf` at /properties/age/multipleOf");
+    expect_error("{\"not\":{}}", "`not` at /not");
+    expect_error("{\"type\":\"number\",\"minimum\":0}", "/minimum");
+    expect_error("{\"type\":\"string\",\"format\":\"hostname\"}", "/format");
+    expect_error("{\"type\":\"string\",\"pattern\":\"abc\"}", "anchored");
+    expect_error("{\"type\":\"string\",\"pattern\":\"^a(?=b)$\"}", "lookaround");
+    expect_error("{\"type\":\"string\",\"pattern\":\"^a+?$\"}", "lazy");
+    expect_error("{\"type\":\"string\",\"pattern\":\"^\\\\bx$\"}", "\\b");
+    expect_error("{\"$ref\":\"#/$defs/missing\"}", "does not exist");
+    expect_error("{\"$ref\":\"http://x/s.json\"}", "local");
+    expect_error("{\"type\":\"strin\"}", "/type");
+    expect_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
+    expect_error("{\"type\":\"array\",\"minItems\":100000}", "/minItems");
+    expect_error("{\"anyOf\":[{\"type\":\"integer\"},{\"uniqueItems\":true}]}", "/anyOf/1/uniqueItems");
+    expect_error("{\"items\":{\"type\":\"string\",\"minLength\":1,\"pattern\":\"^a$\"}}", "/items/pattern");
+    expect_error("{\"allOf\":[{\"type\":\"string\"}]}", "/allOf/0/type");
+    expect_error("false", "must be an object");
+    expect_error("{\"type\":\"string\",\"minimum\":1}", "`minimum` at /minimum applies to no type");
+    /* nesting past the bound */
+    char deep[4096] = "";
+    for (int i = 0; i < 80; i++) strcat(deep, "{\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 80; i++) strcat(deep, "}");
+    expect_error(deep, "deeper than");
+}
+
+static void test_size_bound(void **state)
+{
+    (void)state;
+    /* 200 properties x an enum of 60 long strings: over the bound */
+    json_t *props = json_object();
+    for (int i = 0; i < 200; i++) {
+        json_t *en = json_array();
+        for (int j = 0; j < 60; j++) {
+            char v[64];
+            snprintf(v, sizeof(v), "value-number-%d-of-property-%d-padding", j, i);
+            json_array_append_new(en, json_string(v));
+        }
+        char k[16];
+        snprintf(k, sizeof(k), "p%d", i);
+        json_t *p = json_object();
+        json_object_set_new(p, "enum", en);
+        json_object_set_new(props, k, p);
+    }
+    json_t *s = json_object();
+    json_object_set_new(s, "properties", props);
+    char *g = NULL;
+    strata_err err = {0};
+    assert_int_not_equal(json_schema_to_gbnf(s, &g, &err), 0);
+    assert_null(g);
+    assert_non_null(strstr(err.msg, "over"));
+    json_decref(s);
+}
+
+static void test_deterministic(void **state)
+{
+    (void)state;
+    const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":3},"
+                    "{\"$ref\":\"#\"}]},\"b\":{\"format\":\"uuid\",\"type\":\"string\"}}}";
+    char *a = compile_ok(s), *b = compile_ok(s);
+    assert_string_equal(a, b);
+    assert_true(strncmp(a, "root ::= ", 9) == 0);
+    free(a);
+    free(b);
+}
+
+static void test_any_object(void **state)
+{
+    (void)state;
+    char *text = json_schema_any_object_gbnf();
+    assert_non_null(text);
+    grammar *g = NULL;
+    strata_err err = {0};
+    assert_int_equal(grammar_parse(&g, text, strlen(text), &err), 0);
+    assert_true(accepts(g, "{}"));
+    assert_true(accepts(g, "{\"a\":[1,{\"b\":null}],\"c\":\"d\"}"));
+    assert_false(accepts(g, "[]"));
+    assert_false(accepts(g, "\"x\""));
+    assert_false(accepts(g, "{\"a\":1"));
+    grammar_free(g);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types),        cmocka_unit_test(test_objects),
+        cmocka_unit_test(test_enum_const),   cmocka_unit_test(test_arrays),
+        cmocka_unit_test(test_strings),      cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_combinators),
+        cmocka_unit_test(test_errors),       cmocka_unit_test(test_size_bound),
+        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_any_object),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
