@@ -15,6 +15,7 @@ seeds_for() {
         fuzz_tokenize) echo "$here/tests/fuzz/corpus-tokenize" ;;
         fuzz_protocol) echo "$here/tests/fuzz/corpus-protocol" ;;
         fuzz_request) echo "$here/tests/fuzz/corpus-request" ;;
+        fuzz_grammar) echo "$here/tests/fuzz/corpus-grammar" ;;
         *) echo "" ;;
     esac
 }

@@ -132,7 +132,8 @@ static int cmp_range(const void *a, const void *b)
 
 static int make_set(parser *p, uint32_t *r, size_t n, bool negate, grammar_elem *out)
 {
-    qsort(r, n, 2 * sizeof(uint32_t), cmp_range);
+    /* `[]` has no ranges (r may then be NULL): a set that matches nothing */
+    if (n > 1) qsort(r, n, 2 * sizeof(uint32_t), cmp_range);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m > 0 && r[2 * i] <= r[2 * (m - 1) + 1] + 1) {
@@ -148,7 +149,7 @@ static int make_set(parser *p, uint32_t *r, size_t n, bool negate, grammar_elem 
         return fail_mem(p);
     }
     if (!negate) {
-        memcpy(p->ranges + 2 * first, r, 2 * m * sizeof(uint32_t));
+        if (m > 0) memcpy(p->ranges + 2 * first, r, 2 * m * sizeof(uint32_t));
         p->n_ranges += m;
     } else {
         uint32_t next = 0;
@@ -433,7 +434,7 @@ static int parse_postfix(parser *p, uint32_t rule, size_t start)
     size_t n = r->n - start;
     grammar_elem *x = malloc((n ? n : 1) * sizeof(grammar_elem));
     if (x == NULL) return fail_mem(p);
-    memcpy(x, r->e + start, n * sizeof(grammar_elem));
+    if (n > 0) memcpy(x, r->e + start, n * sizeof(grammar_elem));
     r->n = start;
     p->n_elems_total -= n;
     uint32_t origin = p->rules[rule].origin;

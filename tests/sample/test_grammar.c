@@ -95,6 +95,17 @@ static void test_repetitions(void **state)
     TABLE("root ::= [0-9]{1,3} \"!\"", {"!", false}, {"1!", true}, {"123!", true}, {"1234!", false});
     TABLE("root ::= (\"a\" | \"b\"){0,2}", {"", true}, {"ab", true}, {"ba", true}, {"aba", false});
     TABLE("root ::= \"a\"{0}", {"", true}, {"a", false});
+    /* empty groups and classes (fuzz findings): `()` matches nothing, `[]` no character */
+    {
+        const char *src = "root ::= ()* \"x\" ()+"; /* a repetition of nothing: refused */
+        grammar *g = NULL;
+        strata_err err;
+        assert_int_equal(grammar_parse(&g, src, strlen(src), &err), STRATA_EFORMAT);
+        assert_null(g);
+        assert_non_null(strstr(err.msg, "left-recursive"));
+    }
+    TABLE("root ::= \"x\" () ()", {"x", true}, {"", false}, {"xx", false});
+    TABLE("root ::= \"a\" []{0,2} | []", {"a", true}, {"", false}, {"b", false});
     /* ambiguity: both alternatives stay alive until the end decides */
     TABLE("root ::= \"a\"* \"a\" \"b\" | \"a\"+ \"c\"", {"ab", true}, {"aaab", true}, {"aac", true},
           {"aa", false}, {"b", false});
