@@ -29,60 +29,10 @@
 # LLAMA_SERVER=path works as --llama-server. Servers listen on free ports of
 # 127.0.0.1 only, each request has a timeout, and every server is stopped on
 # exit, error or Ctrl-C.
-import argparse, http.client, json, os, random, signal, socket, statistics, subprocess, sys
-import tempfile, threading, time
+import argparse, json, os, random, signal, statistics, sys
+import threading, time
 
-procs = []
-
-
-def stop_all():
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(name, argv, health, timeout_s=300):
-    log = tempfile.NamedTemporaryFile(prefix=f"kvbench-{name}-", suffix=".log", delete=False)
-    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    procs.append(p)
-    t0 = time.time()
-    while time.time() - t0 < timeout_s:
-        if p.poll() is not None:
-            sys.exit(f"{name} exited ({p.returncode}); log: {log.name}")
-        try:
-            st, _ = request(health[0], "GET", health[1], None, 5)
-            if st == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    sys.exit(f"{name} not ready in {timeout_s} s; log: {log.name}")
-
-
-def request(port, method, path, body, timeout_s):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
-    try:
-        c.request(method, path, json.dumps(body) if body is not None else None,
-                  {"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
+from benchlib import free_port, request, start, stop_all
 
 class Server:
     def __init__(self, name, port, kind):
@@ -115,7 +65,7 @@ def strata_server(a, name, extra, slots, ctx):
     port = free_port()
     start(name, [a.strata, "serve", "-m", a.model, "--port", str(port), "--slots", str(slots),
                  "--ctx", str(ctx), "-t", str(a.threads), "--ping-timeout", "60000"] + extra,
-          (port, "/health"))
+          port)
     return Server(name, port, "strata")
 
 
@@ -123,7 +73,7 @@ def llama_server(a, name, slots, ctx):
     port = free_port()
     start(name, [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port),
                  "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots),
-                 "-c", str(ctx * slots), "--no-webui"], (port, "/health"))
+                 "-c", str(ctx * slots), "--no-webui"], port)
     return Server(name, port, "llama")
 
 

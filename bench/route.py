@@ -30,41 +30,10 @@
 #
 # The server listens on a free port of 127.0.0.1 only, each request has a
 # timeout, and the server is stopped on exit, error or Ctrl-C.
-import argparse, http.client, json, random, signal, socket, statistics, subprocess, sys
-import tempfile, threading, time
+import argparse, http.client, json, random, signal, statistics, subprocess, sys
+import threading, time
 
-procs = []
-
-
-def stop_all():
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    procs.clear()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def get(port, path, timeout_s=5):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+from benchlib import free_port, request, start, stop_all
 
 
 def start_server(a, route, ctx):
@@ -74,21 +43,10 @@ def start_server(a, route, ctx):
             "--ping-timeout", "60000"] + a.serve_arg
     if route is not None:
         argv += ["--route", route]
-    log = tempfile.NamedTemporaryFile(prefix=f"routebench-{route}-", suffix=".log", delete=False)
-    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    procs.append(p)
-    t0 = time.time()
-    while time.time() - t0 < 600:
-        if p.poll() is not None:
-            sys.exit(f"strata serve exited ({p.returncode}); log: {log.name}")
-        try:
-            st, raw = get(port, "/health")
-            if st == 200 and json.loads(raw).get("replicas_ready") == a.replicas:
-                return port
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-    sys.exit(f"strata serve not ready in 600 s; log: {log.name}")
+    want = a.replicas
+    start(f"serve-{route}", argv, port,
+          lambda st, raw: st == 200 and json.loads(raw).get("replicas_ready") == want, 600)
+    return port
 
 
 def turn(port, ids, max_tokens):
