@@ -71,6 +71,7 @@ void proto_msg_free(proto_msg *m)
         free(m->u.gen.tokens);
         free(m->u.gen.sampling.logit_bias);
         free(m->u.gen.stop_tokens);
+        free(m->u.gen.grammar);
         break;
     case PROTO_OP_EMBED: free(m->u.embed.tokens); break;
     case PROTO_OP_READY:
@@ -233,6 +234,7 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->logprobs == 0) enc_set(e, o, "logprobs", enc_take(e, json_true()));
     if (g->logprobs > 0) enc_set(e, o, "logprobs", enc_int(e, g->logprobs));
     if (g->no_cache) enc_set(e, o, "cache", enc_take(e, json_false()));
+    if (g->grammar != NULL) enc_set(e, o, "grammar", enc_take(e, json_string(g->grammar)));
 }
 
 static void enc_tok(enc *e, json_t *o, const proto_tok *t)
@@ -722,6 +724,14 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
         dec_fail(d, "logprobs must be a boolean or an integer in [0, %d]", PROTO_MAX_LOGPROBS);
     }
     g->no_cache = dec_cache_off(d, o);
+    v = json_object_get(o, "grammar");
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_string(v)) {
+            dec_fail(d, "grammar must be a string");
+        } else if ((g->grammar = strdup(json_string_value(v))) == NULL) {
+            dec_fail(d, "grammar: out of memory");
+        }
+    }
 }
 
 static void dec_embed(dec *d, json_t *o, proto_embed *e)

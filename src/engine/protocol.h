@@ -67,6 +67,12 @@
  *               served partly from the cache gives bit-identical tokens
  *               and logprobs; the opt-out is for measuring and for prompts
  *               that must not stay in memory.
+ *   grammar     optional string: a GBNF grammar (llama.cpp's dialect, start
+ *               rule `root`) the output must match; the sampler masks every
+ *               token that cannot continue it, and the end of generation is
+ *               allowed only where it is complete. The server compiles
+ *               JSON Schema (`response_format`, `json_schema`) to it. An
+ *               invalid grammar is refused with `err` code `bad_grammar`.
  *
  * {"op":"embed","id":8,"tokens":[1,2,3],"pooling":"mean"}
  *   id, tokens  as for gen.
@@ -318,6 +324,7 @@ typedef struct proto_gen {
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
     bool no_cache;             /* `cache`: false */
+    char *grammar;             /* `grammar`: GBNF text (NUL-terminated, malloc'd); NULL: none */
 } proto_gen;
 
 typedef struct proto_embed {

@@ -2,6 +2,7 @@
  * jansson values; called from HTTP handler threads with no lock held. The
  * table of known but unimplemented fields is here (k_unsupported). */
 #include "serve/api.h"
+#include "serve/json_schema.h"
 
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -102,6 +103,7 @@ void api_gen_free(api_gen *g)
     for (size_t i = 0; i < g->n_inputs; i++) free(g->inputs[i].ids);
     free(g->inputs);
     free(g->sampling.logit_bias);
+    free(g->grammar);
     memset(g, 0, sizeof(*g));
 }
 
@@ -123,6 +125,8 @@ void api_gen_move_to(api_gen *g, sreq *r)
         r->gen.max_tokens = g->max_tokens;
         r->gen.logprobs = g->logprobs;
         r->gen.sampling = g->sampling;
+        r->gen.grammar = g->grammar;
+        g->grammar = NULL;
         g->sampling.logit_bias = NULL;
         g->sampling.n_logit_bias = 0;
     }
@@ -157,6 +161,7 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     r->gen.sampling = g->sampling;
     r->gen.sampling.logit_bias = NULL;
     r->gen.sampling.n_logit_bias = 0;
+    if (g->grammar != NULL && (r->gen.grammar = strdup(g->grammar)) == NULL) return STRATA_ENOMEM;
     if (g->sampling.n_logit_bias > 0) {
         size_t nb = g->sampling.n_logit_bias * sizeof(proto_bias);
         r->gen.sampling.logit_bias = malloc(nb);
@@ -345,13 +350,6 @@ static bool inert_two(json_t *v, json_t *o)
     return json_is_integer(v) && json_integer_value(v) == 2;
 }
 
-static bool inert_text_format(json_t *v, json_t *o)
-{
-    (void)o;
-    const char *t = json_string_value(json_object_get(v, "type"));
-    return json_is_object(v) && t != NULL && strcmp(t, "text") == 0;
-}
-
 static bool inert_text_only(json_t *v, json_t *o)
 {
     (void)o;
@@ -413,7 +411,6 @@ typedef struct unsupported_field {
  * fields that Strata does not implement, then llama-server's and vLLM's
  * common extras that change the result. The README lists them. */
 static const unsupported_field k_unsupported[] = {
-    {"response_format", K_GEN, inert_text_format, "{\"type\":\"text\"}"},
     {"tools", K_GEN, inert_empty, "[]"},
     {"tool_choice", K_GEN, inert_tool_choice, "\"none\", or \"auto\" without tools"},
     {"functions", K_CHAT, inert_empty, "[]"},
@@ -429,8 +426,6 @@ static const unsupported_field k_unsupported[] = {
     {"best_of", K_CMPL, inert_best_of, "`n`"},
     {"dimensions", K_EMB, NULL, NULL},
     /* llama-server */
-    {"grammar", K_GEN, inert_empty_string, "\"\""},
-    {"json_schema", K_GEN, NULL, NULL},
     {"mirostat", K_GEN, inert_zero, "0"},
     {"n_probs", K_GEN, inert_zero, "0"},
     {"dry_multiplier", K_GEN, inert_zero, "0"},
@@ -490,6 +485,88 @@ static int check_unsupported(json_t *o, enum api_kind kind, api_error *e)
                         f->name);
     }
     return 0;
+}
+
+/* JSON Schema s (from `where`) compiled into g->grammar. */
+static int compile_schema(const json_t *s, const char *where, api_gen *g, api_error *e)
+{
+    if (!json_is_object(s) && !json_is_boolean(s)) {
+        return api_fail(e, 400, "invalid_type", "`%s` must be a JSON Schema object", where);
+    }
+    strata_err err = {0};
+    int rc = json_schema_to_gbnf(s, &g->grammar, &err);
+    if (rc == STRATA_ENOMEM) return api_fail(e, 500, "out_of_memory", "out of memory");
+    if (rc != 0) return api_fail(e, 400, "invalid_schema", "`%s`: %s", where, err.msg);
+    return 0;
+}
+
+/* `response_format`, `grammar` and `json_schema` into g->grammar (api.h). */
+static int parse_structured(json_t *o, api_gen *g, api_error *e)
+{
+    json_t *gr = json_object_get(o, "grammar"), *js = json_object_get(o, "json_schema"),
+           *rf = json_object_get(o, "response_format");
+    const char *type = NULL;
+    if (rf != NULL && !json_is_null(rf)) {
+        if (!json_is_object(rf)) return api_fail(e, 400, "invalid_type", "`response_format` must be an object");
+        type = json_string_value(json_object_get(rf, "type"));
+        if (type == NULL) {
+            return api_fail(e, 400, "invalid_value", "`response_format.type` must be \"text\", "
+                                                       "\"json_object\" or \"json_schema\"");
+        }
+        if (strcmp(type, "text") == 0) type = NULL;
+        else if (strcmp(type, "json_object") != 0 && strcmp(type, "json_schema") != 0) {
+            return api_fail(e, 400, "invalid_value", "`response_format.type` must be \"text\", "
+                                                       "\"json_object\" or \"json_schema\"; got \"%.40s\"",
+                            type);
+        }
+    }
+    bool has_gr = gr != NULL && !json_is_null(gr) && !(json_is_string(gr) && json_string_length(gr) == 0);
+    bool has_js = js != NULL && !json_is_null(js);
+    const char *set[3];
+    size_t n_set = 0;
+    if (has_gr) set[n_set++] = "grammar";
+    if (has_js) set[n_set++] = "json_schema";
+    if (type != NULL) set[n_set++] = "response_format";
+    if (n_set > 1) {
+        return api_fail(e, 400, "invalid_value", "`%s` and `%s` cannot both be set; send one", set[0], set[1]);
+    }
+    if (has_gr) {
+        if (!json_is_string(gr)) return api_fail(e, 400, "invalid_type", "`grammar` must be a string (GBNF)");
+        if (json_string_length(gr) > API_MAX_GRAMMAR_BYTES || strlen(json_string_value(gr)) != json_string_length(gr)) {
+            return api_fail(e, 400, "invalid_value", "`grammar` must be GBNF text of at most %d bytes",
+                            API_MAX_GRAMMAR_BYTES);
+        }
+        g->grammar = strdup(json_string_value(gr));
+        if (g->grammar == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        return 0;
+    }
+    if (has_js) return compile_schema(js, "json_schema", g, e);
+    if (type == NULL) return 0;
+    if (strcmp(type, "json_object") == 0) {
+        /* llama-server's form may carry a schema */
+        json_t *sch = json_object_get(rf, "schema");
+        if (sch != NULL && !json_is_null(sch)) return compile_schema(sch, "response_format.schema", g, e);
+        g->grammar = json_schema_any_object_gbnf();
+        if (g->grammar == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        return 0;
+    }
+    json_t *jo = json_object_get(rf, "json_schema");
+    if (!json_is_object(jo)) {
+        return api_fail(e, 400, "invalid_value",
+                        "`response_format.json_schema` must be an object with `name` and `schema`");
+    }
+    json_t *name = json_object_get(jo, "name"), *strict = json_object_get(jo, "strict");
+    if (name != NULL && !json_is_string(name)) {
+        return api_fail(e, 400, "invalid_type", "`response_format.json_schema.name` must be a string");
+    }
+    if (strict != NULL && !json_is_null(strict) && !json_is_boolean(strict)) {
+        return api_fail(e, 400, "invalid_type", "`response_format.json_schema.strict` must be a boolean");
+    }
+    json_t *sch = json_object_get(jo, "schema");
+    if (sch == NULL || json_is_null(sch)) {
+        return api_fail(e, 400, "invalid_value", "`response_format.json_schema.schema` is required");
+    }
+    return compile_schema(sch, "response_format.json_schema.schema", g, e);
 }
 
 /* Token ids given by the client, checked against the vocab. */
@@ -773,6 +850,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
+        if ((rc = parse_structured(o, g, e)) != 0) goto out;
         rc = kind == API_CHAT ? parse_messages(env, o, g, e) : parse_prompt(env, o, "prompt", g, e);
     }
     if (rc != 0) goto out;

@@ -7,8 +7,7 @@
  * Fields: every request field Strata implements is parsed and checked; a
  * field it knows (OpenAI's, and the common llama-server and vLLM extras)
  * but does not implement is refused with a 400 naming it, unless its value
- * is the one that changes nothing (`response_format` {"type":"text"},
- * `tools` [], `echo` false, ...), so an answer is never silently not what
+ * is the one that changes nothing (`tools` [], `echo` false, ...), so an answer is never silently not what
  * was asked; fields that do not change the result (`user`, `metadata`,
  * `store`, ...) and fields it does not know are accepted. */
 #ifndef STRATA_SERVE_API_H
@@ -83,12 +82,23 @@ typedef struct api_gen {
     bool base64;                    /* embeddings: `encoding_format` "base64" */
     bool no_cache;                  /* llama-server's `cache_prompt: false`: the engine's
                                        prefix cache is not used (protocol `cache` false) */
+    char *grammar;                  /* GBNF the output must match (protocol `grammar`):
+                                       `grammar` as given, or compiled from `json_schema` /
+                                       `response_format`; NULL: none. malloc'd */
 } api_gen;
 
 /* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's
  * legacy limit) and `top_logprobs` of /v1/chat/completions. */
 #define API_MAX_LOGPROBS_COMPLETION 5
 #define API_MAX_TOP_LOGPROBS_CHAT 20
+
+/* Structured output (completions and chat): OpenAI's `response_format`
+ * ({"type":"text"}, {"type":"json_object"}, {"type":"json_schema",
+ * "json_schema":{"name","schema","strict"}}), llama-server's `grammar`
+ * (GBNF, passed through) and `json_schema` (an object); at most one of the
+ * three; JSON Schema is compiled by serve/json_schema.h and its errors are
+ * a 400 naming the keyword's path. */
+#define API_MAX_GRAMMAR_BYTES (256 * 1024)
 
 /* Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.
  * Returns 0, or -1 with e filled (400/404/413...). Free with api_gen_free. */

@@ -213,6 +213,15 @@ static void on_gen(const proto_msg *m, FILE *log)
     g_hit_tokens += r->k % 5;
     if (log != NULL) {
         fprintf(log, "gen %d\n", r->k);
+        if (g->grammar != NULL) { /* one line: newlines and backslashes escaped */
+            fputs("grammar ", log);
+            for (const char *c = g->grammar; *c; c++) {
+                if (*c == '\n') fputs("\\n", log);
+                else if (*c == '\\') fputs("\\\\", log);
+                else fputc(*c, log);
+            }
+            fputc('\n', log);
+        }
         fflush(log);
     }
     r->next_ms = now_ms() + r->delay;
