@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "model/forward.h"
+#include "engine/engine_grammar.h"
 #include "model/kv_prefix.h"
 #include "sample/sampler.h"
 #include "text/vocab.h"
@@ -57,6 +58,8 @@ typedef struct engine_req {
     int64_t n_gen;            /* tokens sent */
     int32_t next_tok;         /* REQ_DECODE: sampled and sent, not yet in the KV */
     sampler *smp;             /* gen, from admission */
+    grammar *gram;            /* gen with a grammar, from arrival; NULL: none */
+    grammar_state *gstate;    /* its position (kept across preemption, as smp) */
     double *embd_sum;         /* embed, from admission: (n_embd) */
     int64_t n_pooled;
     double t_prompt_start;    /* ms, start of its first prefill step; < 0 before */
@@ -76,6 +79,13 @@ struct engine {
     int n_slots;
     int64_t n_ctx, n_batch, n_vocab, n_embd;
     uint8_t *is_eog;          /* (n_vocab) end-of-generation tokens */
+    /* Grammars (NULL when the model has no usable vocabulary: a gen with a
+     * grammar is then refused): the mask index, each token's bytes, and the
+     * scratch of one mask and one masked copy of the logits. */
+    grammar_vocab *gvocab;
+    engine_tok_bytes tok_bytes;
+    uint32_t *gmask;
+    float *glogits;
     proto_pooling model_pooling;
     bool accepting;
     engine_req **slots;       /* (n_slots) running requests, NULL when free */
@@ -135,6 +145,18 @@ static void load_eog(engine *e)
     if (vocab_load(&v, e->m->g, &err) == 0) {
         int32_t n = vocab_n_tokens(v);
         for (int32_t t = 0; t < n && t < e->n_vocab; t++) e->is_eog[t] = vocab_is_eog(v, t);
+        if (n == e->n_vocab) {
+            if (engine_grammar_tables(&e->gvocab, &e->tok_bytes, v, &err) == 0) {
+                e->gmask = malloc(grammar_mask_words(e->gvocab) * sizeof(uint32_t));
+                e->glogits = malloc((size_t)e->n_vocab * sizeof(float));
+            }
+            if (e->gvocab == NULL || e->gmask == NULL || e->glogits == NULL) {
+                LOG_WARN("engine: no grammar support (%s)", e->gvocab ? "out of memory" : err.msg);
+                grammar_vocab_free(e->gvocab);
+                e->gvocab = NULL;
+                engine_tok_bytes_free(&e->tok_bytes);
+            }
+        }
         vocab_free(v);
         return;
     }
@@ -323,6 +345,8 @@ static void req_free(engine_req *r)
 {
     if (r == NULL) return;
     sampler_free(r->smp);
+    grammar_state_free(r->gstate);
+    grammar_free(r->gram);
     free(r->embd_sum);
     free(r->resume);
     proto_msg_free(&r->msg);
@@ -340,6 +364,10 @@ void engine_free(engine *e)
     }
     model_ctx_free(e->ctx);
     free(e->is_eog);
+    grammar_vocab_free(e->gvocab);
+    engine_tok_bytes_free(&e->tok_bytes);
+    free(e->gmask);
+    free(e->glogits);
     free(e->slots);
     free(e->b_tok);
     free(e->b_seq);
@@ -713,12 +741,38 @@ void engine_handle(engine *e, proto_msg *m, proto_buf *out)
         return;
     }
     int64_t id = m->id;
+    /* A grammar is compiled on arrival, so that a bad one is refused at once. */
+    grammar *gram = NULL;
+    grammar_state *gstate = NULL;
+    if (m->op == PROTO_OP_GEN && m->u.gen.grammar != NULL) {
+        strata_err gerr;
+        int grc;
+        if (e->gvocab == NULL) {
+            grc = strata_err_set(&gerr, STRATA_EINVAL,
+                                 "gen: grammar: this model has no vocabulary to apply it with");
+        } else {
+            grc = grammar_parse(&gram, m->u.gen.grammar, strlen(m->u.gen.grammar), &gerr);
+            if (grc == 0) grc = grammar_state_new(&gstate, gram, &gerr);
+        }
+        if (grc != 0) {
+            grammar_free(gram);
+            emit_err(out, true, id, grc == STRATA_ENOMEM ? PROTO_ERR_INTERNAL : PROTO_ERR_BAD_GRAMMAR,
+                     gerr.msg);
+            if (e->on_end != NULL) e->on_end(e->on_end_ctx, id);
+            return;
+        }
+    }
     int64_t before = e->n_queued;
     enqueue(e, m);
     if (e->n_queued == before) {
+        grammar_state_free(gstate);
+        grammar_free(gram);
         emit_err(out, true, id, PROTO_ERR_INTERNAL, "out of memory for the request");
         if (e->on_end != NULL) e->on_end(e->on_end_ctx, id);
+        return;
     }
+    e->queue_tail->gram = gram;
+    e->queue_tail->gstate = gstate;
 }
 
 void engine_handle_bad_line(engine *e, const char *code, bool has_id, int64_t id,
@@ -999,12 +1053,55 @@ static void compute_logprobs(const engine *e, const float *logits, int32_t tok, 
 /* A gen's logits came out: sample, then send the token or end. */
 static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *out)
 {
-    int32_t tok = sampler_sample(r->smp, logits);
-    sampler_accept(r->smp, tok);
     const proto_gen *g = &r->msg.u.gen;
+    const float *to_sample = logits;
+    if (r->gstate != NULL) {
+        /* The grammar's mask: every token that cannot continue the output is
+         * -inf (so logit bias and penalties leave it out too); the end of
+         * generation only where the output is complete. Logprobs stay the
+         * raw logits'. */
+        int64_t n_ok = grammar_state_mask(r->gstate, e->gvocab, e->gmask);
+        bool can_end = grammar_state_can_end(r->gstate);
+        if (n_ok < 0) {
+            finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: out of memory", out);
+            return;
+        }
+        if (n_ok == 0 && can_end) { /* complete, and nothing may follow: the end */
+            finish(e, r, PROTO_FINISH_STOP, out);
+            return;
+        }
+        bool any = false;
+        for (int64_t t = 0; t < e->n_vocab; t++) {
+            bool ok = ((e->gmask[t >> 5] >> (t & 31)) & 1u) != 0 ||
+                      (can_end && !g->ignore_eos && e->is_eog[t]);
+            e->glogits[t] = ok ? logits[t] : -INFINITY;
+            any |= ok;
+        }
+        if (!any) {
+            finish_err(e, r, PROTO_ERR_GRAMMAR_DEAD_END,
+                       "grammar: no token can continue the output, and it is not complete", out);
+            return;
+        }
+        to_sample = e->glogits;
+    }
+    int32_t tok = sampler_sample(r->smp, to_sample);
+    if (r->gstate != NULL && !(to_sample[tok] > -INFINITY)) {
+        /* the sampler must never choose a masked token; never send one */
+        finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: the sampler chose a masked token", out);
+        return;
+    }
+    sampler_accept(r->smp, tok);
     if ((!g->ignore_eos && e->is_eog[tok]) || is_stop_token(r, tok)) {
         finish(e, r, PROTO_FINISH_STOP, out);
         return;
+    }
+    if (r->gstate != NULL) {
+        const engine_tok_bytes *tb = &e->tok_bytes;
+        size_t o = tb->off[tok], n = tb->off[tok + 1] - o;
+        if (!grammar_state_accept_bytes(r->gstate, tb->bytes + o, n)) {
+            finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: the chosen token does not continue it", out);
+            return;
+        }
     }
     proto_logprob lp;
     proto_top top[PROTO_MAX_LOGPROBS];

@@ -12,7 +12,25 @@
 #include "sample/grammar.h"
 #include "text/vocab.h"
 
-/* *out is freed with grammar_vocab_free; v may be freed right after. */
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each token's bytes, as the mask index has them: token t is
+ * bytes[off[t] .. off[t + 1]) (empty for the tokens a grammar never allows). */
+typedef struct engine_tok_bytes {
+    uint8_t *bytes;
+    size_t *off; /* (n + 1) */
+    int32_t n;
+} engine_tok_bytes;
+
+/* The mask index and the token bytes it was built from (what the engine
+ * advances a request's grammar state with). Free with grammar_vocab_free and
+ * engine_tok_bytes_free; v may be freed right after. */
+int engine_grammar_tables(grammar_vocab **gv_out, engine_tok_bytes *tb_out, const vocab *v,
+                          strata_err *err);
+void engine_tok_bytes_free(engine_tok_bytes *tb);
+
+/* The mask index alone; *out is freed with grammar_vocab_free. */
 int engine_grammar_vocab(grammar_vocab **out, const vocab *v, strata_err *err);
 
 #endif

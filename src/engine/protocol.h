@@ -251,6 +251,11 @@
                                                      the KV pool's positions (the message says
                                                      which) */
 #define PROTO_ERR_SHUTTING_DOWN "shutting_down"   /* gen/embed after shutdown */
+#define PROTO_ERR_BAD_GRAMMAR "bad_grammar"       /* gen's grammar does not parse (the message
+                                                     says where), or the model has no vocabulary
+                                                     to apply one with */
+#define PROTO_ERR_GRAMMAR_DEAD_END "grammar_dead_end" /* no token can continue the grammar's
+                                                         output and it is not complete */
 #define PROTO_ERR_INTERNAL "internal"             /* the engine failed (named in the message) */
 
 typedef enum proto_op {
