@@ -100,7 +100,7 @@ describe('several results per request', { skip: skip ?? false }, () => {
   test('unimplemented fields are refused by name; harmless ones accepted', async () => {
     const chat = { model: MODEL_NAME, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
     const refused = [
-      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ reasoning_effort: 'high' }, 'reasoning_effort'],
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
       [{ tool_choice: 'required' }, 'tool_choice'],
       [{ modalities: ['text', 'audio'] }, 'modalities'],
