@@ -191,7 +191,7 @@ static void path_index(char out[PATH_MAX_LEN], const char *path, const char *key
     snprintf(out, PATH_MAX_LEN, "%s/%s/%zu", path, key, i);
 }
 
-/* The GBNF literal of v as compact JSON (ASCII, escapes). */
+/* The GBNF literal of v as compact JSON (UTF-8 as is). */
 static int json_lit(cc *c, sb *b, const json_t *v)
 {
     char *s = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER |

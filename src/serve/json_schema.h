@@ -7,8 +7,8 @@
  * or `,`, none around brackets), properties in the schema's order, optional
  * ones possibly left out; numbers in JSON's syntax, integers without
  * leading zeros; at most 16 digits before the point, 16 after, 3 in the
- * exponent. Strings and literals are ASCII with JSON escapes (`\uXXXX` for
- * anything else).
+ * exponent. `enum`/`const` values and keys are written as compact JSON with
+ * UTF-8 as is.
  *
  * Coverage and its limits are in the README ("Structured output"); any
  * keyword outside it is an error naming it and its JSON pointer path
