@@ -1050,11 +1050,12 @@ static int compile_body(cc *c, sb *b, const json_t *s, const char *path)
     const json_t *ref = json_object_get(s, "$ref"), *en = json_object_get(s, "enum"),
                  *cn = json_object_get(s, "const"), *any = json_object_get(s, "anyOf"),
                  *one = json_object_get(s, "oneOf"), *all = json_object_get(s, "allOf");
-    const char *combo = ref ? "$ref" : any ? "anyOf" : one ? "oneOf" : NULL;
+    const char *combo = ref ? "$ref" : any ? "anyOf" : one ? "oneOf" : en ? "enum" : cn ? "const" : NULL;
     if (combo != NULL) {
         json_object_foreach((json_t *)s, key, v) {
             enum fam f = kw_fam(key);
             if (f == F_NOTE || strcmp(key, combo) == 0 || strcmp(key, "nullable") == 0) continue;
+            if ((en || cn) && (strcmp(key, "enum") == 0 || strcmp(key, "const") == 0)) continue;
             if (strcmp(combo, "$ref") != 0 && strcmp(key, "type") == 0) continue;
             path_join(p2, path, key);
             return fail(c, "`%.64s` at %s next to `%s` is not supported", key, p2, combo);
