@@ -297,17 +297,17 @@ static void test_mutations(void **state)
 {
     (void)state;
     static const char *const seeds[] = {
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300},"
+        ("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300},"
         "\"b\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",1,null]},\"minItems\":1,\"maxItems\":4}},"
-        "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"string\",\"maxLength\":3}}",
-        "{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"object\",\"properties\":{\"v\":"
+        "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"string\",\"maxLength\":3}}"),
+        ("{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"object\",\"properties\":{\"v\":"
         "{\"type\":\"string\",\"pattern\":\"^[a-c]{1,3}(x|y)*\\\\d?$\"},\"next\":{\"$ref\":\"#/$defs/n\"}}}]}},"
-        "\"$ref\":\"#/$defs/n\"}",
-        "{\"allOf\":[{\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"}}},"
+        "\"$ref\":\"#/$defs/n\"}"),
+        ("{\"allOf\":[{\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"}}},"
         "{\"properties\":{\"u\":{\"format\":\"uuid\"},\"t\":{\"type\":[\"number\",\"boolean\"],"
-        "\"nullable\":true}},\"required\":[\"u\"]}]}",
-        "{\"type\":\"array\",\"prefixItems\":[{\"const\":{\"k\":[1,2]}},{\"type\":\"integer\","
-        "\"exclusiveMinimum\":0}],\"items\":{\"type\":\"boolean\"},\"maxItems\":5}",
+        "\"nullable\":true}},\"required\":[\"u\"]}]}"),
+        ("{\"type\":\"array\",\"prefixItems\":[{\"const\":{\"k\":[1,2]}},{\"type\":\"integer\","
+        "\"exclusiveMinimum\":0}],\"items\":{\"type\":\"boolean\"},\"maxItems\":5}"),
     };
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     int compiled = 0;
