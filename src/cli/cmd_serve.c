@@ -61,8 +61,14 @@ static void serve_usage(FILE *f)
             "                         that completes no step for MS with none running, is\n"
             "                         restarted (default %d; 0: off)\n"
             "  --wedge-per-token-ms X the per-token allowance, fixed (default: learned,\n"
-            "                         %g x the engine's slowest recent ms per token)\n",
-            POOL_WEDGE_FLOOR_MS, POOL_WEDGE_FACTOR);
+            "                         %g x the engine's slowest recent ms per token)\n"
+            "  --route prefix|load    prefix (default): the replica expected to hold the\n"
+            "                         longest prefix of the prompt in its cache; load: the\n"
+            "                         one with the most free slots\n"
+            "  --route-balance N      prefix routing takes the least loaded replica instead\n"
+            "                         when the prefix one holds more than N requests beyond\n"
+            "                         it (default %d)\n",
+            POOL_WEDGE_FLOOR_MS, POOL_WEDGE_FACTOR, POOL_ROUTE_BALANCE);
 }
 
 static char *read_text_file(const char *path, size_t *len)
@@ -143,6 +149,7 @@ int cmd_serve(int argc, char **argv)
     int unused;
     const char *pool_vals[N_POOL_OPTS] = {0};
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
+    int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
     double wedge_per_token = 0;
@@ -201,6 +208,11 @@ int cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--ping-timeout") == 0) bad = parse_int(v, 1, INT_MAX, &ping_timeout);
         else if (strcmp(a, "--wedge-floor-ms") == 0) bad = parse_int(v, 0, INT_MAX, &wedge_floor);
         else if (strcmp(a, "--wedge-per-token-ms") == 0) bad = parse_ms(v, &wedge_per_token);
+        else if (strcmp(a, "--route") == 0) {
+            bad = strcmp(v, "prefix") != 0 && strcmp(v, "load") != 0;
+            route_load_only = strcmp(v, "load") == 0;
+        }
+        else if (strcmp(a, "--route-balance") == 0) bad = parse_int(v, 0, 1 << 20, &route_balance);
         else {
             fprintf(stderr, "strata serve: unknown option %s\n\n", a);
             serve_usage(stderr);
@@ -329,7 +341,9 @@ int cmd_serve(int argc, char **argv)
                       .n_replicas = replicas, .n_slots = slots, .max_queue = max_queue,
                       .ping_timeout_ms = ping_timeout,
                       .wedge_floor_ms = wedge_floor > 0 ? wedge_floor : -1,
-                      .wedge_per_token_ms = wedge_per_token};
+                      .wedge_per_token_ms = wedge_per_token,
+                      .route_load_only = route_load_only,
+                      .route_balance = route_balance == 0 ? -1 : route_balance};
     if (pool_start(&p, &pc, &err) != 0) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         goto out;

@@ -887,6 +887,7 @@ void api_result_sum(const api_result *rs, size_t n, bool prompt_once, api_result
             out->cached_tokens += r->cached_tokens;
         }
         out->completion_tokens += r->completion_tokens;
+        out->route_cached_n += r->route_cached_n;
         sreq_stats *s = &out->stats;
         s->prompt_n += r->stats.prompt_n;
         s->cached_n += r->stats.cached_n;
@@ -911,12 +912,12 @@ json_t *api_timings(const api_result *r)
 {
     const sreq_stats *s = &r->stats;
     double pps = s->predicted_ms > 0 ? (double)s->predicted_n * 1000.0 / s->predicted_ms : 0.0;
-    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i}", "queue_ms", round3(r->queue_ms),
+    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i,s:I}", "queue_ms", round3(r->queue_ms),
                      "prompt_n", (json_int_t)s->prompt_n, "cached_n", (json_int_t)s->cached_n,
                      "prompt_ms", round3(s->prompt_ms), "ttft_ms", round3(r->ttft_ms),
                      "predicted_n", (json_int_t)s->predicted_n, "predicted_ms",
                      round3(s->predicted_ms), "predicted_per_second", round3(pps), "replica",
-                     r->replica);
+                     r->replica, "route_cached_n", (json_int_t)r->route_cached_n);
 }
 
 json_t *api_usage(const api_result *r)

@@ -123,6 +123,7 @@ typedef struct api_result {
     int64_t cached_tokens;     /* usage.prompt_tokens_details.cached_tokens */
     double queue_ms, ttft_ms;
     int replica;               /* -1: none, or (a sum) not all the same */
+    int64_t route_cached_n;    /* prompt tokens the router expected cached (summed) */
 } api_result;
 
 /* The figures of a request served as n engine requests (choices, or

@@ -283,6 +283,7 @@ static void fill_result(gen_run *gr, choice *c, api_result *res)
     res->queue_ms = r->t_start_ns > 0 ? (double)(r->t_start_ns - r->t_submit_ns) / 1e6 : 0.0;
     res->ttft_ms = r->t_first_ns > 0 ? (double)(r->t_first_ns - r->t_submit_ns) / 1e6 : 0.0;
     res->replica = r->served_by;
+    res->route_cached_n = r->route_cached_n;
     int64_t t_first = r->t_first_ns, t_end = r->t_end_ns, t_submit = r->t_submit_ns;
     size_t n_toks = r->n_toks;
     pthread_mutex_unlock(&r->result_lock);

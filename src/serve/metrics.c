@@ -145,6 +145,17 @@ static void kv_render(sbuf *o, const pool_info *pi, const char *model_name)
         }
     }
 
+    static const char *const reasons[3] = {"prefix", "load", "balance"};
+    sbuf_printf(o, "# HELP strata_route_decisions_total Requests routed to a replica, by the rule "
+                   "that chose it: the longest expected cached prefix, the least loaded (no "
+                   "prefix anywhere, or --route load), or the least loaded because the prefix "
+                   "replica was too busy.\n"
+                   "# TYPE strata_route_decisions_total counter\n");
+    for (int k = 0; k < 3; k++) {
+        sbuf_printf(o, "strata_route_decisions_total{reason=\"%s\"} %" PRId64 "\n", reasons[k],
+                    pi->route_decisions[k]);
+    }
+
     int64_t running = 0, blocks = 0, used = 0, lookup = 0, hit = 0, preempt = 0;
     for (int i = 0; i < pi->n_replicas; i++) {
         const pool_replica_info *r = &pi->rep[i];

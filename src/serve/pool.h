@@ -78,7 +78,24 @@ typedef struct pool_config {
     int wedge_floor_ms;             /* the watchdog's floor; 0: POOL_WEDGE_FLOOR_MS;
                                        < 0: no wedge check (pings still are) */
     double wedge_per_token_ms;      /* a fixed per-token allowance; 0: learned */
+    int route_load_only;            /* 1: route by load alone (--route load) */
+    int route_balance;              /* the balance threshold of prefix routing (see
+                                       "Routing"); 0: POOL_ROUTE_BALANCE; < 0: none (0) */
 } pool_config;
+
+/* Routing. A request goes to a ready replica with a free slot. By default
+ * (prefix routing) it is the one expected to hold the longest prefix of its
+ * prompt in its prefix cache: the router remembers, per replica, the chain
+ * hashes of the full prompt blocks it sent there (route_prefix.h; bounded,
+ * least recently sent forgotten first, all of it when that engine
+ * restarts), with the engine's block size and minimum reuse from its
+ * `ready`. A replica's load is the number of requests it holds; the prefix
+ * replica is passed over when its load exceeds the least loaded usable
+ * replica's by more than route_balance (then, and when no replica holds any
+ * of the prompt, the least loaded one is taken: fewest requests, then most
+ * free slots, then lowest index). With route_load_only, the ready replica
+ * with the most free slots. */
+#define POOL_ROUTE_BALANCE 2
 
 typedef struct pool pool;
 
@@ -136,6 +153,7 @@ typedef struct pool_replica_info {
 
 typedef struct pool_info {
     int n_replicas, n_ready, queue_depth;
+    int64_t route_decisions[3]; /* by enum route_reason: prefix, load, balance */
     /* The smallest n_ctx of the ready replicas; while none is ready, the
      * smallest a replica reported when it last was (a restarted engine runs
      * with the same arguments); 0 before any replica was ever ready. */

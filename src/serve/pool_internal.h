@@ -12,6 +12,7 @@
 
 #include "engine/protocol.h"
 #include "serve/pool.h"
+#include "serve/route_prefix.h"
 
 #include <pthread.h>
 #include <sys/types.h>
@@ -33,6 +34,10 @@ typedef struct replica {
     sreq **slots;          /* n_slots entries, NULL when free */
     int n_usable, n_busy;
     int64_t n_ctx;
+    /* prefix routing (route_prefix.h): the engine's block size and prefix
+     * rules from its `ready` (0: no prefix cache there), and what was sent */
+    int64_t block_tokens, prefix_min_tokens;
+    route_index sent;
     int64_t started_ns, restart_at_ns, last_pong_ns, last_ping_ns;
     /* the watchdog (pool.h "Liveness"): */
     int64_t busy_since_ns; /* when n_busy last went from 0 to 1 */
@@ -63,6 +68,8 @@ struct pool {
     int n_queue;
     bool stopping;
     int64_t no_ready_since_ns; /* when the pool last had no ready replica; 0 while one is */
+    uint64_t route_tick;       /* requests routed, the LRU clock of the indexes */
+    int64_t route_decisions[ROUTE_N_REASONS];
     pthread_t supervisor;
 };
 

@@ -158,6 +158,9 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
             rep->kv_known = false; /* a new engine: its figures start again */
             rep->n_usable = m->slots < p->cfg.n_slots ? (int)m->slots : p->cfg.n_slots;
             rep->n_ctx = m->n_ctx;
+            const proto_ready *rd = &m->pm.u.ready;
+            rep->block_tokens = rd->kv_prefix_cache ? rd->kv_block_tokens : 0;
+            rep->prefix_min_tokens = rd->kv_cache_min_tokens;
             rep->last_pong_ns = rep->last_ping_ns = strata_clock_ns();
             rep->backoff_ms = 0;
             rep->failed_starts = 0;
@@ -433,6 +436,9 @@ int replica_spawn(replica *rep, strata_err *err)
     pthread_mutex_lock(&p->sched_lock);
     rep->conn_gen++;
     rep->next_id = 1;
+    /* a new engine holds none of what was sent to the old one */
+    route_index_clear(&rep->sent);
+    rep->block_tokens = 0;
     rep->pid = pid;
     rep->state = REPLICA_STARTING;
     rep->started_ns = strata_clock_ns();

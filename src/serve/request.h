@@ -69,6 +69,7 @@ typedef struct sreq {
     uint64_t engine_id; /* the id on that engine connection */
     uint64_t conn_gen; /* which start of that replica it was sent to */
     bool gen_sent;     /* written to the engine; guarded by the replica's write_lock */
+    int64_t route_cached_n; /* prompt tokens the router expected cached where it sent it */
 
     /* --- results: result_lock protects everything below --- */
     pthread_mutex_t result_lock;

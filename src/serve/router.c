@@ -34,6 +34,70 @@ int pool_choose_replica(const double *scores, int n)
     return best;
 }
 
+/* The replica for r under sched_lock (pool.h "Routing"), or -1; records
+ * the decision and, for prefix routing, what r's prompt leaves there. */
+static int pick_replica_locked(pool *p, sreq *r)
+{
+    int n = p->cfg.n_replicas;
+    double scores[POOL_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) {
+        const replica *rep = &p->reps[i];
+        scores[i] = pool_replica_score(rep->state, rep->n_usable, rep->n_busy);
+    }
+    r->route_cached_n = 0;
+    if (p->cfg.route_load_only) {
+        int best = pool_choose_replica(scores, n);
+        if (best >= 0) p->route_decisions[ROUTE_LOAD]++;
+        return best;
+    }
+    const int32_t *toks = r->embed ? r->emb.tokens : r->gen.tokens;
+    size_t n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens;
+    bool opted_out = r->embed ? r->emb.no_cache : r->gen.no_cache;
+    uint64_t *h = NULL;
+    size_t n_h = 0;
+    int64_t h_block = 0;
+    route_cand c[POOL_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) {
+        replica *rep = &p->reps[i];
+        c[i] = (route_cand){.usable = isfinite(scores[i]) && scores[i] > 0, .busy = rep->n_busy,
+                            .free = rep->n_usable - rep->n_busy};
+        int64_t bt = rep->block_tokens;
+        if (!c[i].usable || bt <= 0 || opted_out || n_toks < (size_t)bt) continue;
+        if (bt != h_block) {
+            free(h);
+            n_h = 0;
+            h_block = bt;
+            h = malloc((n_toks / (size_t)bt + 1) * sizeof(*h));
+            if (h != NULL) n_h = route_prompt_hashes(toks, n_toks, bt, h, n_toks / (size_t)bt + 1);
+        }
+        int64_t e = route_expected_cached(&rep->sent, h, n_h, bt, (int64_t)n_toks);
+        c[i].expected = e >= rep->prefix_min_tokens ? e : 0;
+    }
+    enum route_reason why;
+    int balance = p->cfg.route_balance > 0 ? p->cfg.route_balance
+                  : p->cfg.route_balance == 0 ? POOL_ROUTE_BALANCE : 0;
+    _Static_assert(ROUTE_N_REASONS == 3, "pool_info.route_decisions has 3 entries");
+    int best = route_choose(c, n, balance, n > 0 ? (int)(p->route_tick % (uint64_t)n) : 0, &why);
+    if (best >= 0) {
+        p->route_decisions[why]++;
+        r->route_cached_n = c[best].expected;
+        replica *rep = &p->reps[best];
+        int64_t bt = rep->block_tokens;
+        if (!opted_out && bt > 0 && n_toks >= (size_t)bt) {
+            if (bt != h_block) {
+                free(h);
+                n_h = 0;
+                h = malloc((n_toks / (size_t)bt + 1) * sizeof(*h));
+                if (h != NULL) n_h = route_prompt_hashes(toks, n_toks, bt, h, n_toks / (size_t)bt + 1);
+            }
+            uint64_t tick = ++p->route_tick;
+            for (size_t k = 0; k < n_h; k++) route_index_touch(&rep->sent, h[k], tick);
+        }
+    }
+    free(h);
+    return best;
+}
+
 static void sends_push(pool_sends *s, replica *rep, sreq *r)
 {
     if (s->n == s->cap) {
@@ -48,16 +112,11 @@ static void sends_push(pool_sends *s, replica *rep, sreq *r)
 
 void pool_dispatch_locked(pool *p, pool_sends *out)
 {
-    double scores[POOL_MAX_REPLICAS];
     while (p->n_queue > 0 && !p->stopping) {
-        for (int i = 0; i < p->cfg.n_replicas; i++) {
-            const replica *rep = &p->reps[i];
-            scores[i] = pool_replica_score(rep->state, rep->n_usable, rep->n_busy);
-        }
-        int best = pool_choose_replica(scores, p->cfg.n_replicas);
+        sreq *r = p->queue[0];
+        int best = pick_replica_locked(p, r);
         if (best < 0) return;
         replica *rep = &p->reps[best];
-        sreq *r = p->queue[0];
         memmove(p->queue, p->queue + 1, (size_t)(p->n_queue - 1) * sizeof(*p->queue));
         p->n_queue--;
         int slot = 0;
@@ -287,11 +346,15 @@ int pool_start(pool **out, const pool_config *c, strata_err *err)
         pthread_mutex_init(&rep->write_lock, NULL);
         rep->slots = calloc((size_t)c->n_slots, sizeof(*rep->slots));
         if (rep->slots == NULL) ok = false;
+        if (!c->route_load_only && route_index_init(&rep->sent, ROUTE_INDEX_MAX) != 0) ok = false;
     }
     signal(SIGPIPE, SIG_IGN); /* a dead engine's pipe gives EPIPE, not death */
     if (ok && pthread_create(&p->supervisor, NULL, pool_supervise, p) != 0) ok = false;
     if (!ok) {
-        for (int i = 0; p->reps != NULL && i < c->n_replicas; i++) free(p->reps[i].slots);
+        for (int i = 0; p->reps != NULL && i < c->n_replicas; i++) {
+            free(p->reps[i].slots);
+            route_index_free(&p->reps[i].sent);
+        }
         free(p->reps);
         free(p->queue);
         free(p);
@@ -353,6 +416,7 @@ void pool_stop(pool *p, int grace_ms)
     for (int i = 0; i < p->cfg.n_replicas; i++) {
         pthread_mutex_destroy(&p->reps[i].write_lock);
         free(p->reps[i].slots);
+        route_index_free(&p->reps[i].sent);
     }
     pthread_mutex_destroy(&p->sched_lock);
     pthread_cond_destroy(&p->sched_cond);
@@ -367,6 +431,7 @@ void pool_get_info(pool *p, pool_info *out)
     pthread_mutex_lock(&p->sched_lock);
     out->n_replicas = p->cfg.n_replicas;
     out->queue_depth = p->n_queue;
+    for (int k = 0; k < ROUTE_N_REASONS; k++) out->route_decisions[k] = p->route_decisions[k];
     for (int i = 0; i < p->cfg.n_replicas; i++) {
         replica *rep = &p->reps[i];
         pool_replica_info *ri = &out->rep[i];

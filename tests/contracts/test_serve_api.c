@@ -127,12 +127,12 @@ static void test_timings_print_short(void **state)
     api_result res = {.queue_ms = 0.029763999999999999, .ttft_ms = 115.91849999,
                       .stats = {.prompt_n = 5, .prompt_ms = 108.0004, .predicted_n = 3,
                                 .predicted_ms = 7.0},
-                      .replica = 1};
+                      .replica = 1, .route_cached_n = 64};
     json_t *t = api_timings(&res);
     char *s = api_dumps(t);
     assert_string_equal(s, "{\"queue_ms\":0.03,\"prompt_n\":5,\"cached_n\":0,\"prompt_ms\":108.0,"
                            "\"ttft_ms\":115.918,\"predicted_n\":3,\"predicted_ms\":7.0,"
-                           "\"predicted_per_second\":428.571,\"replica\":1}");
+                           "\"predicted_per_second\":428.571,\"replica\":1,\"route_cached_n\":64}");
     free(s);
     json_decref(t);
     const float xs[] = {-0.1f, 1e-8f, -12.3456789f, 3.40282347e38f, 1.17549435e-38f};
