@@ -17,6 +17,8 @@
  *   strata_prefix_cache_lookup_tokens_total{replica}       counter
  *   strata_prefix_cache_hit_tokens_total{replica}          counter
  *   strata_kv_preemptions_total{replica}                   counter
+ * the router's decisions (pool.h "Routing"), since the server started:
+ *   strata_route_decisions_total{reason="prefix|load|balance"}  counter
  * and the names of vLLM that external routers read, over all replicas, with
  * vLLM's model_name label:
  *   vllm:num_requests_waiting     gauge   the admission queue (strata_queue_depth)
