@@ -137,7 +137,9 @@ static int64_t committed_bytes(const engine *e);
 /* ---- set-up ---- */
 
 /* End-of-generation ids: from the vocab (which knows EOT-like tokens by
- * text too), else the GGUF's eos/eot ids. */
+ * text too), else the GGUF's eos/eot ids; and, when the vocab covers the
+ * model's logits, the tables grammars need (without them a gen with a
+ * grammar is refused). */
 static void load_eog(engine *e)
 {
     vocab *v = NULL;
@@ -1066,21 +1068,20 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
             finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: out of memory", out);
             return;
         }
-        if (n_ok == 0 && can_end) { /* complete, and nothing may follow: the end */
-            finish(e, r, PROTO_FINISH_STOP, out);
+        if (n_ok == 0) {
+            if (can_end) { /* complete, and nothing may follow: the end */
+                finish(e, r, PROTO_FINISH_STOP, out);
+            } else {
+                finish_err(e, r, PROTO_ERR_GRAMMAR_DEAD_END,
+                           "grammar: no token can continue the output, and it is not complete",
+                           out);
+            }
             return;
         }
-        bool any = false;
         for (int64_t t = 0; t < e->n_vocab; t++) {
             bool ok = ((e->gmask[t >> 5] >> (t & 31)) & 1u) != 0 ||
                       (can_end && !g->ignore_eos && e->is_eog[t]);
             e->glogits[t] = ok ? logits[t] : -INFINITY;
-            any |= ok;
-        }
-        if (!any) {
-            finish_err(e, r, PROTO_ERR_GRAMMAR_DEAD_END,
-                       "grammar: no token can continue the output, and it is not complete", out);
-            return;
         }
         to_sample = e->glogits;
     }

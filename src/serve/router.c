@@ -34,6 +34,28 @@ int pool_choose_replica(const double *scores, int n)
     return best;
 }
 
+_Static_assert(ROUTE_N_REASONS == 3, "pool_info.route_decisions has 3 entries");
+
+/* A prompt's block hashes for one block size, computed when first needed
+ * and again only for another block size. */
+typedef struct prompt_hashes {
+    const int32_t *toks;
+    size_t n_toks;
+    int64_t block;  /* the block size of h; 0: none yet */
+    uint64_t *h;
+    size_t n;       /* 0 when out of memory */
+} prompt_hashes;
+
+static void hashes_for(prompt_hashes *ph, int64_t block)
+{
+    if (ph->block == block) return;
+    free(ph->h);
+    size_t max = ph->n_toks / (size_t)block + 1;
+    ph->block = block;
+    ph->h = malloc(max * sizeof(*ph->h));
+    ph->n = ph->h != NULL ? route_prompt_hashes(ph->toks, ph->n_toks, block, ph->h, max) : 0;
+}
+
 /* The replica for r under sched_lock (pool.h "Routing"), or -1; records
  * the decision and, for prefix routing, what r's prompt leaves there. */
 static int pick_replica_locked(pool *p, sreq *r)
@@ -50,51 +72,36 @@ static int pick_replica_locked(pool *p, sreq *r)
         if (best >= 0) p->route_decisions[ROUTE_LOAD]++;
         return best;
     }
-    const int32_t *toks = r->embed ? r->emb.tokens : r->gen.tokens;
-    size_t n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens;
+    prompt_hashes ph = {.toks = r->embed ? r->emb.tokens : r->gen.tokens,
+                        .n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens};
     bool opted_out = r->embed ? r->emb.no_cache : r->gen.no_cache;
-    uint64_t *h = NULL;
-    size_t n_h = 0;
-    int64_t h_block = 0;
     route_cand c[POOL_MAX_REPLICAS];
     for (int i = 0; i < n; i++) {
         replica *rep = &p->reps[i];
         c[i] = (route_cand){.usable = isfinite(scores[i]) && scores[i] > 0, .busy = rep->n_busy,
                             .free = rep->n_usable - rep->n_busy};
         int64_t bt = rep->block_tokens;
-        if (!c[i].usable || bt <= 0 || opted_out || n_toks < (size_t)bt) continue;
-        if (bt != h_block) {
-            free(h);
-            n_h = 0;
-            h_block = bt;
-            h = malloc((n_toks / (size_t)bt + 1) * sizeof(*h));
-            if (h != NULL) n_h = route_prompt_hashes(toks, n_toks, bt, h, n_toks / (size_t)bt + 1);
-        }
-        int64_t e = route_expected_cached(&rep->sent, h, n_h, bt, (int64_t)n_toks);
+        if (!c[i].usable || bt <= 0 || opted_out || ph.n_toks < (size_t)bt) continue;
+        hashes_for(&ph, bt);
+        int64_t e = route_expected_cached(&rep->sent, ph.h, ph.n, bt, (int64_t)ph.n_toks);
         c[i].expected = e >= rep->prefix_min_tokens ? e : 0;
     }
     enum route_reason why;
     int balance = p->cfg.route_balance > 0 ? p->cfg.route_balance
                   : p->cfg.route_balance == 0 ? POOL_ROUTE_BALANCE : 0;
-    _Static_assert(ROUTE_N_REASONS == 3, "pool_info.route_decisions has 3 entries");
     int best = route_choose(c, n, balance, n > 0 ? (int)(p->route_tick % (uint64_t)n) : 0, &why);
     if (best >= 0) {
         p->route_decisions[why]++;
         r->route_cached_n = c[best].expected;
         replica *rep = &p->reps[best];
         int64_t bt = rep->block_tokens;
-        if (!opted_out && bt > 0 && n_toks >= (size_t)bt) {
-            if (bt != h_block) {
-                free(h);
-                n_h = 0;
-                h = malloc((n_toks / (size_t)bt + 1) * sizeof(*h));
-                if (h != NULL) n_h = route_prompt_hashes(toks, n_toks, bt, h, n_toks / (size_t)bt + 1);
-            }
+        if (!opted_out && bt > 0 && ph.n_toks >= (size_t)bt) {
+            hashes_for(&ph, bt);
             uint64_t tick = ++p->route_tick;
-            for (size_t k = 0; k < n_h; k++) route_index_touch(&rep->sent, h[k], tick);
+            for (size_t k = 0; k < ph.n; k++) route_index_touch(&rep->sent, ph.h[k], tick);
         }
     }
-    free(h);
+    free(ph.h);
     return best;
 }
 
