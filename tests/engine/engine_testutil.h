@@ -269,4 +269,26 @@ static inline void et_run(engine *e, proto_buf *out, et_collect *c)
     assert_false(engine_busy(e));
 }
 
+/* An engine on a model the test holds, its output buffer and collector. */
+typedef struct et_fixture {
+    engine *e;
+    proto_buf out;
+    et_collect *c;
+} et_fixture;
+
+static inline void et_open(et_fixture *f, const model *m, const engine_params *p)
+{
+    memset(f, 0, sizeof(*f));
+    strata_err err;
+    if (engine_init(&f->e, m, p, &err) != 0) fail_msg("%s", err.msg);
+    f->c = et_collect_new();
+}
+
+static inline void et_close(et_fixture *f)
+{
+    engine_free(f->e);
+    proto_buf_free(&f->out);
+    et_collect_free(f->c);
+}
+
 #endif

@@ -30,26 +30,17 @@
 static model *g_model;
 static vocab *g_vocab;
 
-typedef struct fixture {
-    engine *e;
-    proto_buf out;
-    et_collect *c;
-} fixture;
+typedef et_fixture fixture;
 
 static void fx_open(fixture *f, int slots, int64_t n_batch)
 {
-    memset(f, 0, sizeof(*f));
     engine_params p = {.n_slots = slots, .n_ctx = 512, .n_batch = n_batch, .n_threads = 1};
-    strata_err err;
-    if (engine_init(&f->e, g_model, &p, &err) != 0) fail_msg("%s", err.msg);
-    f->c = et_collect_new();
+    et_open(f, g_model, &p);
 }
 
 static void fx_close(fixture *f)
 {
-    engine_free(f->e);
-    proto_buf_free(&f->out);
-    et_collect_free(f->c);
+    et_close(f);
 }
 
 /* The grammar as a JSON string for the gen line's "grammar" field. */

@@ -45,18 +45,11 @@
 
 static model *g_model;
 
-typedef struct fixture {
-    engine *e;
-    proto_buf out;
-    et_collect *c;
-} fixture;
+typedef et_fixture fixture;
 
 static void fx_open_p(fixture *f, const engine_params *p)
 {
-    memset(f, 0, sizeof(*f));
-    strata_err err;
-    if (engine_init(&f->e, g_model, p, &err) != 0) fail_msg("%s", err.msg);
-    f->c = et_collect_new();
+    et_open(f, g_model, p);
 }
 
 /* The cache on (the default) or off; chunks of n_batch tokens. */
@@ -70,9 +63,7 @@ static void fx_open(fixture *f, int slots, int64_t n_ctx, int64_t n_batch, int t
 
 static void fx_close(fixture *f)
 {
-    engine_free(f->e);
-    proto_buf_free(&f->out);
-    et_collect_free(f->c);
+    et_close(f);
 }
 
 static void fx_send(fixture *f, const char *line)
