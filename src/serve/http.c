@@ -233,13 +233,15 @@ static void submit_more(gen_run *gr)
 
 /* The HTTP status of a request that ended in an error. An engine's `err`
  * comes with the replica's 500 and its code decides: the engine refused the
- * request itself (400: the client can fix it) or the engine failed (503,
+ * request itself (400: the client can fix it; a client's grammar that does
+ * not parse, or that no token can continue, included) or the engine failed (503,
  * worth a retry, as when it died). A 500 stays only for the server's own
  * failures (`internal_error`: out of memory). */
 static int error_status(int status, const char *code)
 {
     if (strcmp(code, PROTO_ERR_CONTEXT_LENGTH) == 0 || strcmp(code, PROTO_ERR_BAD_REQUEST) == 0 ||
-        strcmp(code, PROTO_ERR_LINE_TOO_LONG) == 0) {
+        strcmp(code, PROTO_ERR_LINE_TOO_LONG) == 0 || strcmp(code, PROTO_ERR_BAD_GRAMMAR) == 0 ||
+        strcmp(code, PROTO_ERR_GRAMMAR_DEAD_END) == 0) {
         return 400;
     }
     if (strcmp(code, "internal_error") == 0) return 500;

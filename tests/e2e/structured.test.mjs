@@ -80,6 +80,21 @@ describe('structured output', { skip: skip ?? false }, () => {
     }
   });
 
+  test('a GBNF grammar is enforced, and one that does not parse is a 400 saying where', async () => {
+    const r = await client.completions.create({
+      model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 16, temperature: 1, seed: 4,
+      grammar: 'root ::= ("yes" | "no") "!"',
+    });
+    assert.ok(['yes!', 'no!'].includes(r.choices[0].text), JSON.stringify(r.choices[0].text));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    await assert.rejects(
+      client.completions.create({
+        model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 4, grammar: 'root ::= answer',
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /answer/.test(e.message) && /line 1/.test(e.message),
+    );
+  });
+
   test('an unsupported keyword is a 400 naming it and its path', async () => {
     const bad = { type: 'object', properties: { n: { type: 'integer', multipleOf: 2 } } };
     await assert.rejects(
