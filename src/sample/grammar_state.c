@@ -319,10 +319,18 @@ static int32_t step_compute(grammar_state *s, uint32_t id, uint8_t b)
         if (lo < min_cp[len]) lo = min_cp[len];
         if (hi > max_cp[len]) hi = max_cp[len];
         if (lo > hi) return T_DEAD;
+        /* surrogates (U+D800..DFFF) are no characters: the part of the
+         * range below them and the part above, either possibly empty (so
+         * that ED A0..BF, which only surrogates follow, is dead at once
+         * rather than a prefix no byte can complete) */
+        uint32_t lo2 = lo > 0xE000 ? lo : 0xE000, hi1 = hi < 0xD7FF ? hi : 0xD7FF;
         bool any = false;
         for (uint32_t i = 0; i < q.n && !any; i++) {
             uint32_t n = s->items[q.off + i];
-            if (n != EMPTY_NODE) any = grammar_elem_meets(g, &g->elems[s->nodes[n].elem], lo, hi);
+            if (n == EMPTY_NODE) continue;
+            const grammar_elem *el = &g->elems[s->nodes[n].elem];
+            any = (lo <= hi1 && grammar_elem_meets(g, el, lo, hi1)) ||
+                  (lo2 <= hi && grammar_elem_meets(g, el, lo2, hi));
         }
         if (!any) return T_DEAD;
         if (grow((void **)&s->out, &s->cap_out, q.n ? q.n : 1, sizeof(uint32_t))) {

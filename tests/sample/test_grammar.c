@@ -166,6 +166,45 @@ static void test_utf8(void **state)
     /* a lead byte whose characters are all outside the class is refused at once */
     assert_false(prefix_ok(g, "\xc3"));
     grammar_free(g);
+
+    /* Every half character the recognizer accepts has a byte that carries
+     * it on, so a token mask never leads into a state no token can leave:
+     * ED A0..BF can only become surrogates, E0 80..9F and F0 80..8F only
+     * overlong forms, F4 90..BF only code points above U+10FFFF, so those
+     * pairs are refused at their second byte. Exhaustive over the first
+     * two bytes, and over the third after a 4-byte lead. */
+    g = compile("root ::= [^\"]*");
+    assert_int_equal(grammar_state_new(&s, g, &err), 0);
+    assert_false(grammar_state_can_accept(s, (const uint8_t *)"\xed\xa6", 2));
+    assert_true(grammar_state_can_accept(s, (const uint8_t *)"\xed\x9f\xbf", 3));
+    assert_true(grammar_state_can_accept(s, (const uint8_t *)"\xee\x80\x80", 3));
+    int stuck = 0;
+    for (int b1 = 0xC0; b1 < 256; b1++) {
+        uint8_t buf[4] = {(uint8_t)b1};
+        if (!grammar_state_can_accept(s, buf, 1)) continue;
+        bool any2 = false;
+        for (int b2 = 0; b2 < 256; b2++) {
+            buf[1] = (uint8_t)b2;
+            if (!grammar_state_can_accept(s, buf, 2)) continue;
+            any2 = true;
+            if (b1 < 0xE0) continue;
+            bool any3 = false;
+            for (int b3 = 0; b3 < 256 && !any3; b3++) {
+                buf[2] = (uint8_t)b3;
+                if (!grammar_state_can_accept(s, buf, 3)) continue;
+                if (b1 < 0xF0) any3 = true;
+                for (int b4 = 0; b4 < 256 && !any3; b4++) {
+                    buf[3] = (uint8_t)b4;
+                    any3 = grammar_state_can_accept(s, buf, 4);
+                }
+            }
+            if (!any3) stuck++;
+        }
+        if (!any2) stuck++;
+    }
+    assert_int_equal(stuck, 0);
+    grammar_state_free(s);
+    grammar_free(g);
 }
 
 static void expect_error(const char *gbnf, const char *where, const char *what)
