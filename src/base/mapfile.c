@@ -54,6 +54,18 @@ int strata_mapfile_open(strata_mapfile *map, const char *path, strata_err *err)
     return STRATA_OK;
 }
 
+void strata_mapfile_release(const strata_mapfile *map, const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)map->data;
+    if (map->data == NULL || a < base || n > map->size || a - base > map->size - n) return;
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    uintptr_t lo = (a + page - 1) / page * page, hi = (a + n) / page * page;
+    /* a private mapping that was never written: MADV_DONTNEED drops the
+     * pages, and the next access reads them from the file again */
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 void strata_mapfile_close(strata_mapfile *map)
 {
     if (map->data != NULL) munmap((void *)map->data, map->size);

@@ -20,6 +20,13 @@ typedef struct strata_mapfile {
  * empty. */
 int strata_mapfile_open(strata_mapfile *map, const char *path, strata_err *err);
 
+/* Gives the pages wholly inside [p, p + n) back to the operating system
+ * when that range lies in the map (else does nothing): the process's
+ * resident memory stops counting them, and a later read of them faults the
+ * file's bytes in again, so the contents seen are unchanged. For data the
+ * process has copied elsewhere (repacked weights). */
+void strata_mapfile_release(const strata_mapfile *map, const void *p, size_t n);
+
 /* Unmaps. Safe on an empty or already closed map. */
 void strata_mapfile_close(strata_mapfile *map);
 

@@ -309,6 +309,13 @@ static int pack_all(model *m, strata_err *err)
         if (pool != NULL) strata_pool_run(pool, pack_worker, &job);
         else pack_worker(&job, 0, 1);
         if (atomic_load(&job.failed)) continue; /* data the layout cannot hold: stays as it is */
+        /* the file's copy of the matrix is not read again by the kernels:
+         * give its pages back so the weights count once in the resident
+         * memory, not twice (anything that still reads them, the token
+         * embeddings of a tied output, faults them in again) */
+        for (uint32_t k = 0; k < m->g->n_shards; k++)
+            strata_mapfile_release(&m->g->shards[k].map, mm->data,
+                                   (size_t)mm->n_rows * mm->row_bytes);
         mm->data = dst;
         mm->type |= TENSOR_PACKED;
         m->packed_bytes += bytes;

@@ -11,8 +11,10 @@
 #include "base/strmap.h"
 #include "testdata.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_err_set_formats_and_returns_code(void **state)
 {
@@ -108,6 +110,71 @@ static void test_mapfile_reads_and_reports_errors(void **state)
     assert_non_null(strstr(e.msg, "not a regular file"));
 }
 
+/* Kilobytes of the mapping that starts at p resident in this process
+ * (/proc/self/smaps "Rss:"), or -1 when it cannot be read. */
+static long mapping_rss_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL) return -1;
+    char line[512];
+    bool in = false;
+    long kb = -1;
+    unsigned long start = 0, end = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%lx-%lx ", &start, &end) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = start == (unsigned long)(uintptr_t)p;
+        } else if (in && sscanf(line, "Rss: %ld kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return in ? kb : -1;
+}
+
+static void test_mapfile_release_drops_pages_keeps_bytes(void **state)
+{
+    (void)state;
+    const char *dir = testdata_scratch_dir();
+    assert_non_null(dir);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/pages.bin", dir);
+    const size_t n = (size_t)1 << 20;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) fputc((int)((i * 131u + (i >> 12)) & 0xff), f);
+    fclose(f);
+
+    strata_mapfile m;
+    strata_err e;
+    assert_int_equal(strata_mapfile_open(&m, path, &e), 0);
+    volatile unsigned sum = 0; /* volatile: the reads must happen */
+    for (size_t i = 0; i < n; i += 512) sum += m.data[i];
+    long before = mapping_rss_kb(m.data);
+    if (before < 0) {
+        strata_mapfile_close(&m);
+        skip(); /* no /proc/self/smaps here */
+    }
+    assert_true(before >= 1000); /* every page touched: ~1024 kB */
+
+    /* ranges that do not lie in the map change nothing */
+    strata_mapfile_release(&m, m.data + 4096, n); /* runs past the end */
+    strata_mapfile_release(&m, m.data - 4096, 8192);
+    assert_true(mapping_rss_kb(m.data) >= 1000);
+
+    /* the pages wholly inside go; the partial first and last stay */
+    strata_mapfile_release(&m, m.data + 100, n - 200);
+    long page_kb = sysconf(_SC_PAGESIZE) / 1024;
+    assert_true(mapping_rss_kb(m.data) <= 2 * page_kb);
+
+    /* and the bytes read back are the file's */
+    for (size_t i = 0; i < n; i++) {
+        if (m.data[i] != (uint8_t)((i * 131u + (i >> 12)) & 0xff)) fail_msg("byte %zu changed", i);
+    }
+    assert_true(mapping_rss_kb(m.data) >= 1000);
+    strata_mapfile_close(&m);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -115,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_arena_alignment_zeroing_and_large_blocks),
         cmocka_unit_test(test_strmap_put_get_duplicates),
         cmocka_unit_test(test_mapfile_reads_and_reports_errors),
+        cmocka_unit_test(test_mapfile_release_drops_pages_keeps_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
