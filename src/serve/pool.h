@@ -139,6 +139,7 @@ typedef struct pool_kv_figures {
 typedef struct pool_replica_info {
     int ready;       /* 1 when routable */
     int in_flight;   /* slots held, cancelled requests included */
+    int waiting;     /* queued requests waiting for this replica (prefix routing) */
     int slots;       /* usable slots */
     int64_t restarts;
     int64_t n_ctx;
