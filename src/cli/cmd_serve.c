@@ -65,9 +65,10 @@ static void serve_usage(FILE *f)
             "  --route prefix|load    prefix (default): the replica expected to hold the\n"
             "                         longest prefix of the prompt in its cache; load: the\n"
             "                         one with the most free slots\n"
-            "  --route-balance N      prefix routing takes the least loaded replica instead\n"
-            "                         when the prefix one holds more than N requests beyond\n"
-            "                         it (default %d)\n",
+            "  --route-balance N      prefix routing waits for the prefix replica while its\n"
+            "                         requests (running + waiting for it) exceed the least\n"
+            "                         loaded replica's by at most N, else takes the least\n"
+            "                         loaded one (default %d)\n",
             POOL_WEDGE_FLOOR_MS, POOL_WEDGE_FACTOR, POOL_ROUTE_BALANCE);
 }
 

@@ -837,8 +837,9 @@ static json_t *slots_view(const pool_info *pi)
                            (json_int_t)r->kv.hit_tokens, "preemptions",
                            (json_int_t)r->kv.preemptions);
         }
-        json_t *o = json_pack("{s:i,s:b,s:i,s:i,s:I,s:I,s:b,s:o*}", "replica", i, "ready",
-                              r->ready != 0, "slots", r->slots, "busy", r->in_flight, "n_ctx",
+        json_t *o = json_pack("{s:i,s:b,s:i,s:i,s:i,s:I,s:I,s:b,s:o*}", "replica", i, "ready",
+                              r->ready != 0, "slots", r->slots, "busy", r->in_flight,
+                              "waiting", r->waiting, "n_ctx",
                               (json_int_t)r->n_ctx, "restarts", (json_int_t)r->restarts,
                               "embeddings", r->embeddings != 0, "kv", kv);
         if (o == NULL || json_array_append_new(reps, o) != 0) {

@@ -227,6 +227,12 @@ int metrics_render(metrics *m, const pool_info *pi, const char *model_name, sbuf
     for (int i = 0; i < pi->n_replicas; i++) {
         sbuf_printf(o, "strata_replica_in_flight{replica=\"%d\"} %d\n", i, pi->rep[i].in_flight);
     }
+    sbuf_printf(o, "# HELP strata_replica_waiting Queued requests waiting for the replica "
+                   "that holds their prompt's prefix.\n"
+                   "# TYPE strata_replica_waiting gauge\n");
+    for (int i = 0; i < pi->n_replicas; i++) {
+        sbuf_printf(o, "strata_replica_waiting{replica=\"%d\"} %d\n", i, pi->rep[i].waiting);
+    }
     sbuf_printf(o, "# HELP strata_replica_ready Whether the replica takes requests.\n"
                    "# TYPE strata_replica_ready gauge\n");
     for (int i = 0; i < pi->n_replicas; i++) {

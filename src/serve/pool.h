@@ -3,7 +3,8 @@
  * A pool starts N engine processes (replica.c), restarts them with backoff
  * when they die, and routes requests (router.c): a request goes to the ready
  * replica with the most free slots, or waits in one bounded FIFO queue shared
- * by all replicas until a slot frees.
+ * by all replicas until a slot frees (or, with prefix routing, until the
+ * replica holding its prompt's prefix has one: see "Routing").
  *
  * While no replica is ready (every engine died, or is still restarting), a
  * request still waits in that queue, within its bound, for a replica to
@@ -79,22 +80,34 @@ typedef struct pool_config {
                                        < 0: no wedge check (pings still are) */
     double wedge_per_token_ms;      /* a fixed per-token allowance; 0: learned */
     int route_load_only;            /* 1: route by load alone (--route load) */
-    int route_balance;              /* the balance threshold of prefix routing (see
-                                       "Routing"); 0: POOL_ROUTE_BALANCE; < 0: none (0) */
+    int route_balance;              /* the balance threshold of prefix routing, in
+                                       requests running + waiting (see "Routing");
+                                       0: POOL_ROUTE_BALANCE; < 0: none (0) */
 } pool_config;
 
-/* Routing. A request goes to a ready replica with a free slot. By default
- * (prefix routing) it is the one expected to hold the longest prefix of its
- * prompt in its prefix cache: the router remembers, per replica, the chain
- * hashes of the full prompt blocks it sent there (route_prefix.h; bounded,
- * least recently sent forgotten first, all of it when that engine
- * restarts), with the engine's block size and minimum reuse from its
- * `ready`. A replica's load is the number of requests it holds; the prefix
- * replica is passed over when its load exceeds the least loaded usable
- * replica's by more than route_balance (then, and when no replica holds any
- * of the prompt, the least loaded one is taken: fewest requests, then most
- * free slots, then lowest index). With route_load_only, the ready replica
- * with the most free slots. */
+/* Routing. By default (prefix routing) a request goes to the ready
+ * replica expected to hold the longest prefix of its prompt in its prefix
+ * cache: the router remembers, per replica, the chain hashes of the full
+ * prompt blocks it sent there (route_prefix.h; bounded, least recently sent
+ * forgotten first, all of it when that engine restarts), with the engine's
+ * block size and minimum reuse from its `ready`. A replica's load is the
+ * requests it runs plus the queued requests waiting for it. The prefix
+ * replica is passed over when its load exceeds the least loaded ready
+ * replica's by more than route_balance; then, and when no replica holds any
+ * of the prompt, the request takes the least loaded replica with a free
+ * slot (fewest requests, then most free slots, ties rotating), or waits in
+ * the queue for whichever slot frees first.
+ *
+ * When the prefix replica has no free slot but is within the balance, the
+ * request waits in the queue for that replica rather than missing the cache
+ * elsewhere; requests behind it that go to other replicas pass it, so the
+ * queue is first come first served per replica. The choice is made again
+ * on every dispatch (a slot freed, a request queued, an engine ready or
+ * dead): a request waiting for a replica whose engine dies is routed again
+ * at once and is not failed with that engine's requests. One that finds the
+ * queue full (max_queue others waiting) may not wait for a busy replica and
+ * takes a free slot elsewhere. With route_load_only, the ready replica with
+ * the most free slots, first come first served over all replicas. */
 #define POOL_ROUTE_BALANCE 2
 
 typedef struct pool pool;
@@ -139,6 +152,7 @@ typedef struct pool_kv_figures {
 typedef struct pool_replica_info {
     int ready;       /* 1 when routable */
     int in_flight;   /* slots held, cancelled requests included */
+    int waiting;     /* queued requests waiting for this replica (prefix routing) */
     int slots;       /* usable slots */
     int64_t restarts;
     int64_t n_ctx;

@@ -304,8 +304,12 @@ static void replica_died(replica *rep, pid_t pid, int fd_out, const char *why,
     rep->backoff_ms = rep->backoff_ms == 0 ? lo : (rep->backoff_ms * 2 > hi ? hi : rep->backoff_ms * 2);
     rep->restart_at_ns = now + (int64_t)rep->backoff_ms * 1000000;
     rep->reader_done = true;
+    /* requests queued for this replica go elsewhere (or wait for any) */
+    pool_sends sends = {0};
+    pool_dispatch_locked(p, &sends);
     pthread_cond_broadcast(&p->sched_cond);
     pthread_mutex_unlock(&p->sched_lock);
+    pool_flush_sends(p, &sends);
     for (int i = 0; i < n_failed; i++) {
         pthread_mutex_lock(&failed[i]->result_lock);
         failed[i]->served_by = rep->index;

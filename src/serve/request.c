@@ -22,6 +22,7 @@ sreq *sreq_new(uint64_t serial, bool embed)
     r->gen.max_tokens = -1;
     r->gen.logprobs = -1;
     r->replica = -1;
+    r->wait_for = -1;
     r->served_by = -1;
     pthread_mutex_init(&r->result_lock, NULL);
     pthread_condattr_t ca;
@@ -111,6 +112,7 @@ void sreq_release(sreq *r)
     free(r->lps);
     free(r->toks);
     free(r->vec);
+    free(r->route_h);
     sreq_waker_release(r->waker);
     free(r);
 }

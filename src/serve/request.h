@@ -70,6 +70,10 @@ typedef struct sreq {
     uint64_t conn_gen; /* which start of that replica it was sent to */
     bool gen_sent;     /* written to the engine; guarded by the replica's write_lock */
     int64_t route_cached_n; /* prompt tokens the router expected cached where it sent it */
+    int wait_for;      /* while queued: the replica it waits for (prefix routing), -1: any */
+    uint64_t *route_h; /* its prompt's chain hashes for block size route_block (0: none yet); */
+    size_t route_n;    /* route_n of them (0 when out of memory); freed with the request */
+    int64_t route_block;
 
     /* --- results: result_lock protects everything below --- */
     pthread_mutex_t result_lock;

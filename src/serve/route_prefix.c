@@ -135,21 +135,25 @@ int64_t route_expected_cached(const route_index *ix, const uint64_t *hashes, siz
     return t > 0 ? t : 0;
 }
 
-/* a better than b on load: fewer busy, then more free, then (the caller
- * scans from start) the first seen */
+/* a better than b on load: lighter, then more free slots (the caller scans
+ * from start, so an exact tie keeps the first seen) */
 static bool lighter(const route_cand *a, const route_cand *b)
 {
-    if (a->busy != b->busy) return a->busy < b->busy;
+    if (a->load != b->load) return a->load < b->load;
     return a->free > b->free;
 }
 
-int route_choose(const route_cand *c, int n, int balance, int start, enum route_reason *why)
+int route_choose(const route_cand *c, int n, int balance, int start, bool may_wait,
+                 enum route_reason *why)
 {
-    int least = -1;
+    int least = -1;      /* the least loaded ready replica: the balance's reference */
+    int least_free = -1; /* the least loaded one with a free slot */
     if (start < 0 || start >= n) start = 0;
     for (int j = 0; j < n; j++) {
         int i = (start + j) % n;
-        if (c[i].usable && (least < 0 || lighter(&c[i], &c[least]))) least = i;
+        if (!c[i].ready) continue;
+        if (least < 0 || lighter(&c[i], &c[least])) least = i;
+        if (c[i].free > 0 && (least_free < 0 || lighter(&c[i], &c[least_free]))) least_free = i;
     }
     *why = ROUTE_LOAD;
     if (least < 0) return -1;
@@ -157,9 +161,10 @@ int route_choose(const route_cand *c, int n, int balance, int start, enum route_
     bool any_prefix = false;
     for (int j = 0; j < n; j++) {
         int i = (start + j) % n;
-        if (!c[i].usable || c[i].expected <= 0) continue;
+        if (!c[i].ready || c[i].expected <= 0) continue;
         any_prefix = true;
-        if (c[i].busy - c[least].busy > balance) continue;
+        if (c[i].load - c[least].load > balance) continue;
+        if (!may_wait && c[i].free <= 0) continue;
         if (best < 0 || c[i].expected > c[best].expected ||
             (c[i].expected == c[best].expected && lighter(&c[i], &c[best]))) {
             best = i;
@@ -170,5 +175,5 @@ int route_choose(const route_cand *c, int n, int balance, int start, enum route_
         return best;
     }
     *why = any_prefix ? ROUTE_BALANCE : ROUTE_LOAD;
-    return least;
+    return least_free;
 }

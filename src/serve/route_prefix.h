@@ -49,8 +49,8 @@ int64_t route_expected_cached(const route_index *ix, const uint64_t *hashes, siz
 
 /* One replica as the choice sees it. */
 typedef struct route_cand {
-    bool usable;        /* ready with a free slot and a finite score */
-    int busy;           /* requests it holds: its load */
+    bool ready;         /* routable: ready, with usable slots and sane counts */
+    int load;           /* requests it runs plus those waiting for it */
     int free;           /* free slots */
     int64_t expected;   /* expected cached prompt tokens */
 } route_cand;
@@ -62,12 +62,18 @@ enum route_reason {
     ROUTE_N_REASONS = 3,
 };
 
-/* The replica for a request: among usable ones, the longest expected
- * prefix whose load is at most balance above the least loaded usable
- * replica's; ties (and no prefix anywhere) by load, then most free slots,
- * then the first from index start on (cyclically: the pool rotates start
- * so that idle replicas share new conversations). Returns -1 when none is
- * usable; *why says which rule decided. */
-int route_choose(const route_cand *c, int n, int balance, int start, enum route_reason *why);
+/* The replica for a request. Among ready replicas, the longest expected
+ * prefix whose load is at most balance above the least loaded ready
+ * replica's (ties by load, then most free slots); that replica is returned
+ * even when it has no free slot (the request then waits for it: its cache
+ * is worth a wait while the load stays within the balance), unless
+ * may_wait is false (then only replicas with a free slot count). Without
+ * such a prefix replica: the least loaded replica with a free slot (load,
+ * then most free slots), or -1 when no ready replica has one (the request
+ * waits for whichever frees first). Ties go to the first from index start
+ * on, cyclically (the pool rotates start so that idle replicas share new
+ * conversations). *why says which rule decided. */
+int route_choose(const route_cand *c, int n, int balance, int start, bool may_wait,
+                 enum route_reason *why);
 
 #endif

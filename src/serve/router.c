@@ -36,73 +36,89 @@ int pool_choose_replica(const double *scores, int n)
 
 _Static_assert(ROUTE_N_REASONS == 3, "pool_info.route_decisions has 3 entries");
 
-/* A prompt's block hashes for one block size, computed when first needed
- * and again only for another block size. */
-typedef struct prompt_hashes {
-    const int32_t *toks;
-    size_t n_toks;
-    int64_t block;  /* the block size of h; 0: none yet */
-    uint64_t *h;
-    size_t n;       /* 0 when out of memory */
-} prompt_hashes;
-
-static void hashes_for(prompt_hashes *ph, int64_t block)
+/* r's prompt chain hashes for block size block, kept on r (a queued
+ * request is looked at again on every dispatch pass) and computed again
+ * only for another block size. */
+static void hashes_for(sreq *r, int64_t block)
 {
-    if (ph->block == block) return;
-    free(ph->h);
-    size_t max = ph->n_toks / (size_t)block + 1;
-    ph->block = block;
-    ph->h = malloc(max * sizeof(*ph->h));
-    ph->n = ph->h != NULL ? route_prompt_hashes(ph->toks, ph->n_toks, block, ph->h, max) : 0;
+    if (r->route_block == block) return;
+    const int32_t *toks = r->embed ? r->emb.tokens : r->gen.tokens;
+    size_t n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens;
+    free(r->route_h);
+    size_t max = n_toks / (size_t)block + 1;
+    r->route_block = block;
+    r->route_h = malloc(max * sizeof(*r->route_h));
+    r->route_n = r->route_h != NULL ? route_prompt_hashes(toks, n_toks, block, r->route_h, max) : 0;
 }
 
-/* The replica for r under sched_lock (pool.h "Routing"), or -1; records
- * the decision and, for prefix routing, what r's prompt leaves there. */
-static int pick_replica_locked(pool *p, sreq *r)
+/* What the router decided for one queued request. */
+typedef struct route_pick {
+    int replica;      /* where it goes, or the replica it waits for; -1: waits for any */
+    bool now;         /* that replica has a free slot: send it now */
+    enum route_reason why;
+    int64_t expected; /* prompt tokens expected cached there */
+} route_pick;
+
+/* The choice for r under sched_lock (pool.h "Routing"). waiting[i]: the
+ * requests ahead of r in the queue that wait for replica i (part of its
+ * load). may_wait: r may wait for a busy prefix replica (false when the
+ * queue has no room left for it). Records nothing. */
+static route_pick pick_replica_locked(pool *p, sreq *r, const int *waiting, bool may_wait)
 {
     int n = p->cfg.n_replicas;
-    double scores[POOL_MAX_REPLICAS];
-    for (int i = 0; i < n; i++) {
-        const replica *rep = &p->reps[i];
-        scores[i] = pool_replica_score(rep->state, rep->n_usable, rep->n_busy);
-    }
-    r->route_cached_n = 0;
+    route_pick k = {.replica = -1, .why = ROUTE_LOAD};
     if (p->cfg.route_load_only) {
-        int best = pool_choose_replica(scores, n);
-        if (best >= 0) p->route_decisions[ROUTE_LOAD]++;
-        return best;
+        double scores[POOL_MAX_REPLICAS];
+        for (int i = 0; i < n; i++) {
+            const replica *rep = &p->reps[i];
+            scores[i] = pool_replica_score(rep->state, rep->n_usable, rep->n_busy);
+        }
+        k.replica = pool_choose_replica(scores, n);
+        k.now = k.replica >= 0;
+        return k;
     }
-    prompt_hashes ph = {.toks = r->embed ? r->emb.tokens : r->gen.tokens,
-                        .n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens};
+    size_t n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens;
     bool opted_out = r->embed ? r->emb.no_cache : r->gen.no_cache;
     route_cand c[POOL_MAX_REPLICAS];
     for (int i = 0; i < n; i++) {
         replica *rep = &p->reps[i];
-        c[i] = (route_cand){.usable = isfinite(scores[i]) && scores[i] > 0, .busy = rep->n_busy,
-                            .free = rep->n_usable - rep->n_busy};
+        bool ready = rep->state == REPLICA_READY && rep->n_usable > 0 && rep->n_busy >= 0 &&
+                     rep->n_busy <= rep->n_usable;
+        c[i] = (route_cand){.ready = ready, .load = rep->n_busy + waiting[i],
+                            .free = ready ? rep->n_usable - rep->n_busy : 0};
         int64_t bt = rep->block_tokens;
-        if (!c[i].usable || bt <= 0 || opted_out || ph.n_toks < (size_t)bt) continue;
-        hashes_for(&ph, bt);
-        int64_t e = route_expected_cached(&rep->sent, ph.h, ph.n, bt, (int64_t)ph.n_toks);
+        if (!ready || bt <= 0 || opted_out || n_toks < (size_t)bt) continue;
+        hashes_for(r, bt);
+        int64_t e = route_expected_cached(&rep->sent, r->route_h, r->route_n, bt, (int64_t)n_toks);
         c[i].expected = e >= rep->prefix_min_tokens ? e : 0;
     }
-    enum route_reason why;
     int balance = p->cfg.route_balance > 0 ? p->cfg.route_balance
                   : p->cfg.route_balance == 0 ? POOL_ROUTE_BALANCE : 0;
-    int best = route_choose(c, n, balance, n > 0 ? (int)(p->route_tick % (uint64_t)n) : 0, &why);
-    if (best >= 0) {
-        p->route_decisions[why]++;
-        r->route_cached_n = c[best].expected;
-        replica *rep = &p->reps[best];
-        int64_t bt = rep->block_tokens;
-        if (!opted_out && bt > 0 && ph.n_toks >= (size_t)bt) {
-            hashes_for(&ph, bt);
-            uint64_t tick = ++p->route_tick;
-            for (size_t k = 0; k < ph.n; k++) route_index_touch(&rep->sent, ph.h[k], tick);
-        }
+    int start = n > 0 ? (int)(p->route_tick % (uint64_t)n) : 0;
+    k.replica = route_choose(c, n, balance, start, may_wait, &k.why);
+    if (k.replica >= 0) {
+        k.now = c[k.replica].free > 0;
+        k.expected = c[k.replica].expected;
     }
-    free(ph.h);
-    return best;
+    return k;
+}
+
+/* r goes to replica k.replica now (sched_lock held): the decision is
+ * counted and, for prefix routing, what r's prompt leaves there is
+ * remembered. */
+static void record_route_locked(pool *p, sreq *r, const route_pick *k)
+{
+    p->route_decisions[k->why]++;
+    r->route_cached_n = k->expected;
+    if (p->cfg.route_load_only) return;
+    replica *rep = &p->reps[k->replica];
+    int64_t bt = rep->block_tokens;
+    size_t n_toks = r->embed ? r->emb.n_tokens : r->gen.n_tokens;
+    bool opted_out = r->embed ? r->emb.no_cache : r->gen.no_cache;
+    if (opted_out || bt <= 0 || n_toks < (size_t)bt) return;
+    hashes_for(r, bt);
+    uint64_t tick = ++p->route_tick;
+    for (size_t j = 0; j < r->route_n; j++) route_index_touch(&rep->sent, r->route_h[j], tick);
 }
 
 static void sends_push(pool_sends *s, replica *rep, sreq *r)
@@ -117,15 +133,33 @@ static void sends_push(pool_sends *s, replica *rep, sreq *r)
     s->v[s->n++] = (pool_send){rep, r};
 }
 
+/* One pass over the queue, first come first served: each request goes to
+ * the replica the router picks when that one has a free slot; one that
+ * waits for a busy prefix replica keeps its place and counts in that
+ * replica's load for the requests behind it, which may pass it to other
+ * replicas (so a replica's own waiting requests still go in order). The
+ * pass ends at the first request that no free slot fits: nothing behind it
+ * can move either. */
 void pool_dispatch_locked(pool *p, pool_sends *out)
 {
-    while (p->n_queue > 0 && !p->stopping) {
-        sreq *r = p->queue[0];
-        int best = pick_replica_locked(p, r);
-        if (best < 0) return;
+    int waiting[POOL_MAX_REPLICAS] = {0};
+    int i = 0; /* requests before i stay queued */
+    while (i < p->n_queue && !p->stopping) {
+        sreq *r = p->queue[i];
+        route_pick k = pick_replica_locked(p, r, waiting, i < p->cfg.max_queue);
+        if (!k.now) {
+            r->wait_for = k.replica;
+            if (k.replica < 0) return;
+            waiting[k.replica]++;
+            i++;
+            continue;
+        }
+        int best = k.replica;
         replica *rep = &p->reps[best];
-        memmove(p->queue, p->queue + 1, (size_t)(p->n_queue - 1) * sizeof(*p->queue));
+        record_route_locked(p, r, &k);
+        memmove(p->queue + i, p->queue + i + 1, (size_t)(p->n_queue - i - 1) * sizeof(*p->queue));
         p->n_queue--;
+        r->wait_for = -1;
         int slot = 0;
         while (rep->slots[slot] != NULL) slot++;
         rep->slots[slot] = r; /* the queue's reference moves to the slot */
@@ -261,6 +295,14 @@ enum pool_submit_result pool_submit(pool *p, sreq *r)
         sreq_retain(r);
         p->queue[p->n_queue++] = r;
         pool_dispatch_locked(p, &sends);
+        if (p->n_queue > p->cfg.max_queue && p->queue[p->n_queue - 1] == r) {
+            /* no room for it to wait (dispatch sends a request that may not
+             * wait to any free slot, so this takes a full pool) */
+            p->n_queue--;
+            r->wait_for = -1;
+            sreq_release(r); /* ours; the caller still holds its own */
+            res = POOL_QUEUE_FULL;
+        }
         if (n_ready == 0) pthread_cond_broadcast(&p->sched_cond);
     }
     pthread_mutex_unlock(&p->sched_lock);
@@ -439,6 +481,10 @@ void pool_get_info(pool *p, pool_info *out)
     out->n_replicas = p->cfg.n_replicas;
     out->queue_depth = p->n_queue;
     for (int k = 0; k < ROUTE_N_REASONS; k++) out->route_decisions[k] = p->route_decisions[k];
+    for (int k = 0; k < p->n_queue; k++) {
+        int w = p->queue[k]->wait_for;
+        if (w >= 0 && w < p->cfg.n_replicas) out->rep[w].waiting++;
+    }
     for (int i = 0; i < p->cfg.n_replicas; i++) {
         replica *rep = &p->reps[i];
         pool_replica_info *ri = &out->rep[i];

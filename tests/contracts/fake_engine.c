@@ -49,7 +49,12 @@
  *   FAKE_ENGINE_HOLD=path   while path exists, the engine holds back `ready`;
  *                           any input meanwhile (the server's `shutdown`, or
  *                           EOF) makes it exit 0
- *   FAKE_ENGINE_MS_PER_TOKEN=x  the pongs' ms_per_token */
+ *   FAKE_ENGINE_MS_PER_TOKEN=x  the pongs' ms_per_token
+ *   FAKE_ENGINE_PREFIX=1    `ready` says the prefix cache is on (32-token
+ *                           blocks, reuse from 32 tokens), so the server
+ *                           routes by prefix; a longer prompt whose last 9
+ *                           tokens are a script runs that script (what
+ *                           precedes it is the prefix a test routes by) */
 #define _GNU_SOURCE
 #include "engine/protocol.h"
 
@@ -91,6 +96,7 @@ static int64_t g_stall_start_ms, g_stall_until_ms; /* INT64_MAX: for good */
 static int64_t g_stall_tokens;
 static double g_ms_per_token = 0.5;
 static int64_t g_lookup_tokens, g_hit_tokens; /* pong.kv's, summed over gens */
+static bool g_prefix;            /* FAKE_ENGINE_PREFIX */
 
 static int64_t now_ms(void)
 {
@@ -198,12 +204,13 @@ static void on_gen(const proto_msg *m, FILE *log)
     r->id = m->id;
     r->n_prompt = (int64_t)g->n_tokens;
     r->max_tokens = g->max_tokens;
-    if (g->n_tokens == 9 && g->tokens[0] >= 35 && g->tokens[0] < 35 + OP_COUNT) {
-        r->op = g->tokens[0] - 35;
-        r->k = decode2(g->tokens + 1);
-        r->n = decode2(g->tokens + 3);
-        r->delay = decode2(g->tokens + 5);
-        r->arg = decode2(g->tokens + 7);
+    const int32_t *sc = g->n_tokens >= 9 ? g->tokens + g->n_tokens - 9 : NULL;
+    if (sc != NULL && (g->n_tokens == 9 || g_prefix) && sc[0] >= 35 && sc[0] < 35 + OP_COUNT) {
+        r->op = sc[0] - 35;
+        r->k = decode2(sc + 1);
+        r->n = decode2(sc + 3);
+        r->delay = decode2(sc + 5);
+        r->arg = decode2(sc + 7);
     } else {
         r->op = 0; /* a plain prompt: a few tokens */
         r->k = (int)g->n_tokens;
@@ -339,13 +346,16 @@ int main(int argc, char **argv)
     }
     const char *mpt = getenv("FAKE_ENGINE_MS_PER_TOKEN");
     if (mpt != NULL) g_ms_per_token = atof(mpt);
+    const char *pfx = getenv("FAKE_ENGINE_PREFIX");
+    g_prefix = pfx != NULL && strcmp(pfx, "1") == 0;
     const char *log_path = getenv("FAKE_ENGINE_LOG");
     FILE *log = log_path ? fopen(log_path, "ae") : NULL;
     proto_msg ready = {.op = PROTO_OP_READY};
     ready.u.ready = (proto_ready){.protocol = 1, .arch = "fake", .n_vocab = 512, .n_embd = 8,
                                   .n_layer = 1, .n_ctx_train = 512, .kv_block_tokens = 32,
                                   .kv_n_blocks = 16, .kv_bytes = 1024, .slots = slots,
-                                  .n_ctx = n_ctx, .n_batch = 64, .kv_type = "f16"};
+                                  .n_ctx = n_ctx, .n_batch = 64, .kv_type = "f16",
+                                  .kv_prefix_cache = g_prefix, .kv_cache_min_tokens = 32};
     emit(&ready);
     flush_out();
     proto_reader rd;

@@ -92,42 +92,98 @@ static void test_lru_bound_and_aging(void **state)
     route_index_clear(&none);
 }
 
+/* route_cand: {ready, load, free, expected} */
 static void test_choice(void **state)
 {
     (void)state;
     enum route_reason why;
     /* the longest prefix wins when within the balance */
     route_cand c[3] = {{true, 0, 2, 0}, {true, 1, 1, 96}, {true, 1, 1, 64}};
-    assert_int_equal(route_choose(c, 3, 2, 0, &why), 1);
+    assert_int_equal(route_choose(c, 3, 2, 0, true, &why), 1);
     assert_int_equal(why, ROUTE_PREFIX);
     /* too loaded beyond the balance: the least loaded instead */
-    c[1].busy = 3;
-    c[2].busy = 3;
-    assert_int_equal(route_choose(c, 3, 2, 0, &why), 0);
+    c[1].load = 3;
+    c[2].load = 3;
+    assert_int_equal(route_choose(c, 3, 2, 0, true, &why), 0);
     assert_int_equal(why, ROUTE_BALANCE);
     /* exactly at the balance is still allowed */
-    assert_int_equal(route_choose(c, 3, 3, 0, &why), 1);
+    assert_int_equal(route_choose(c, 3, 3, 0, true, &why), 1);
     /* with balance 0 only the least loaded may take the prefix */
     route_cand d[2] = {{true, 1, 1, 32}, {true, 0, 2, 0}};
-    assert_int_equal(route_choose(d, 2, 0, 0, &why), 1);
+    assert_int_equal(route_choose(d, 2, 0, 0, true, &why), 1);
     assert_int_equal(why, ROUTE_BALANCE);
     /* equal prefixes: the lighter one */
     route_cand e[3] = {{true, 2, 0, 64}, {true, 1, 1, 64}, {true, 1, 1, 64}};
-    assert_int_equal(route_choose(e, 3, 4, 0, &why), 1);
+    assert_int_equal(route_choose(e, 3, 4, 0, true, &why), 1);
     /* no prefix anywhere: least loaded, then most free, then lowest index */
     route_cand f[3] = {{true, 1, 1, 0}, {true, 1, 3, 0}, {true, 1, 3, 0}};
-    assert_int_equal(route_choose(f, 3, 2, 0, &why), 1);
+    assert_int_equal(route_choose(f, 3, 2, 0, true, &why), 1);
     assert_int_equal(why, ROUTE_LOAD);
-    assert_int_equal(route_choose(f, 3, 2, 2, &why), 2); /* ties go round from start */
+    assert_int_equal(route_choose(f, 3, 2, 2, true, &why), 2); /* ties go round from start */
     route_cand idle[3] = {{true, 0, 2, 0}, {true, 0, 2, 0}, {true, 0, 2, 0}};
-    for (int s = 0; s < 3; s++) assert_int_equal(route_choose(idle, 3, 2, s, &why), s);
-    assert_int_equal(route_choose(idle, 3, 2, 7, &why), 0); /* out of range: from 0 */
-    /* unusable replicas are never chosen, whatever they hold */
+    for (int s = 0; s < 3; s++) assert_int_equal(route_choose(idle, 3, 2, s, true, &why), s);
+    assert_int_equal(route_choose(idle, 3, 2, 7, true, &why), 0); /* out of range: from 0 */
+    /* replicas that are not ready are never chosen, whatever they hold */
     route_cand g[2] = {{false, 0, 0, 500}, {true, 3, 1, 0}};
-    assert_int_equal(route_choose(g, 2, 0, 0, &why), 1);
+    assert_int_equal(route_choose(g, 2, 0, 0, true, &why), 1);
     route_cand h[2] = {{false, 0, 0, 500}, {false, 0, 0, 0}};
-    assert_int_equal(route_choose(h, 2, 2, 0, &why), -1);
-    assert_int_equal(route_choose(h, 0, 2, 0, &why), -1);
+    assert_int_equal(route_choose(h, 2, 2, 0, true, &why), -1);
+    assert_int_equal(route_choose(h, 0, 2, 0, true, &why), -1);
+}
+
+/* A prefix replica with no free slot is worth waiting for while its load
+ * (running plus waiting) is within the balance. */
+static void test_choice_waits_for_a_full_prefix_replica(void **state)
+{
+    (void)state;
+    enum route_reason why;
+    /* replica 1 holds the prefix and is full (2 running); replica 0 is idle:
+     * 2 - 0 <= 2, so the request waits for 1 rather than missing on 0 */
+    route_cand c[3] = {{true, 0, 2, 0}, {true, 2, 0, 128}, {true, 1, 1, 0}};
+    int k = route_choose(c, 3, 2, 0, true, &why);
+    assert_int_equal(k, 1);
+    assert_int_equal(why, ROUTE_PREFIX);
+    assert_int_equal(c[k].free, 0); /* the caller queues it for replica 1 */
+    /* one more already waiting for replica 1 makes its load 3: beyond the
+     * balance, so the least loaded replica with a free slot takes it */
+    c[1].load = 3;
+    assert_int_equal(route_choose(c, 3, 2, 0, true, &why), 0);
+    assert_int_equal(why, ROUTE_BALANCE);
+    /* the balance's reference is the least loaded ready replica, full or not */
+    route_cand d[2] = {{true, 4, 0, 64}, {true, 2, 0, 0}};
+    assert_int_equal(route_choose(d, 2, 2, 0, true, &why), 0);
+    assert_int_equal(why, ROUTE_PREFIX);
+    d[0].load = 5;
+    /* beyond it, and no free slot anywhere: wait for whichever frees first */
+    assert_int_equal(route_choose(d, 2, 2, 0, true, &why), -1);
+    assert_int_equal(why, ROUTE_BALANCE);
+    /* a longer prefix on a full replica beats a shorter one with a free slot */
+    route_cand e[2] = {{true, 1, 1, 32}, {true, 2, 0, 96}};
+    assert_int_equal(route_choose(e, 2, 2, 0, true, &why), 1);
+    /* equal prefixes: the one with a free slot (lighter) */
+    e[0].expected = 96;
+    assert_int_equal(route_choose(e, 2, 2, 0, true, &why), 0);
+}
+
+static void test_choice_that_may_not_wait(void **state)
+{
+    (void)state;
+    enum route_reason why;
+    /* no room to wait (the queue is full): only replicas with a free slot */
+    route_cand c[3] = {{true, 1, 1, 0}, {true, 2, 0, 128}, {true, 1, 1, 32}};
+    assert_int_equal(route_choose(c, 3, 2, 0, true, &why), 1);
+    assert_int_equal(route_choose(c, 3, 2, 0, false, &why), 2); /* the shorter prefix, free */
+    assert_int_equal(why, ROUTE_PREFIX);
+    c[2].expected = 0;
+    assert_int_equal(route_choose(c, 3, 2, 0, false, &why), 0);
+    assert_int_equal(why, ROUTE_BALANCE);
+    /* nothing free: no choice */
+    route_cand d[2] = {{true, 2, 0, 64}, {true, 2, 0, 0}};
+    assert_int_equal(route_choose(d, 2, 2, 0, false, &why), -1);
+    /* no prefix and every replica full: wait for any, not for one */
+    d[0].expected = 0;
+    assert_int_equal(route_choose(d, 2, 2, 0, true, &why), -1);
+    assert_int_equal(why, ROUTE_LOAD);
 }
 
 int main(void)
@@ -137,6 +193,8 @@ int main(void)
         cmocka_unit_test(test_expected_prefix),
         cmocka_unit_test(test_lru_bound_and_aging),
         cmocka_unit_test(test_choice),
+        cmocka_unit_test(test_choice_waits_for_a_full_prefix_replica),
+        cmocka_unit_test(test_choice_that_may_not_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* Tests of the router's decisions (src/serve/router.c, pool_internal.h),
  * without processes: scoring a replica, choosing among scores (a score that
  * is not finite is ignored, never trusted), dispatching the queue over
- * replica states built here, which queued requests may wait no longer
+ * replica states built here (prefix routing's wait for the replica that
+ * holds a prompt's prefix among them), which queued requests may wait no longer
  * while no replica is ready, and the watchdog's verdict on a pong. The same code runs in `strata serve`; the
  * contract tests (tests/contracts/test_serve.c) drive it over real pipes. */
 #include <setjmp.h>
@@ -198,6 +199,241 @@ static void test_dispatch_with_no_routable_replica_keeps_the_queue(void **state)
     fixture_free(&f);
 }
 
+/* --- prefix routing: waiting for the replica that holds the prefix --- */
+
+/* A request whose prompt is the n tokens base[0..n). */
+static sreq *prompt_req(uint64_t serial, const int32_t *base, size_t n)
+{
+    sreq *r = sreq_new(serial, false);
+    assert_non_null(r);
+    r->gen.tokens = malloc(n * sizeof(int32_t));
+    assert_non_null(r->gen.tokens);
+    memcpy(r->gen.tokens, base, n * sizeof(int32_t));
+    r->gen.n_tokens = n;
+    return r;
+}
+
+/* n ready replicas of 2 slots with a prefix cache of 32-token blocks. */
+static void prefix_fixture(fixture *f, int n, int max_queue)
+{
+    fixture_init(f, n, max_queue);
+    for (int i = 0; i < n; i++) {
+        f->reps[i].state = REPLICA_READY;
+        f->reps[i].n_usable = 2;
+        f->reps[i].block_tokens = 32;
+        assert_int_equal(route_index_init(&f->reps[i].sent, 256), 0);
+    }
+}
+
+static void prefix_fixture_free(fixture *f, int n)
+{
+    fixture_free(f);
+    for (int i = 0; i < n; i++) route_index_free(&f->reps[i].sent);
+}
+
+/* Replica i remembers the full blocks of toks[0..n) as sent there. */
+static void remember(fixture *f, int i, const int32_t *toks, size_t n)
+{
+    uint64_t h[16];
+    size_t k = route_prompt_hashes(toks, n, 32, h, 16);
+    for (size_t j = 0; j < k; j++) route_index_touch(&f->reps[i].sent, h[j], 1);
+}
+
+/* Fills replica i's free slots with placeholder requests. */
+static void fill(fixture *f, int i)
+{
+    for (int j = 0; j < 2; j++) {
+        if (f->slots[i][j] != NULL) continue;
+        f->slots[i][j] = sreq_new(900 + (uint64_t)(i * 2 + j), false);
+        f->slots[i][j]->replica = i;
+        f->reps[i].n_busy++;
+    }
+}
+
+/* A slot of replica i ends (its `done`), as the reader does it. */
+static void finish_one(fixture *f, int i)
+{
+    for (int j = 0; j < 2; j++) {
+        sreq *r = f->slots[i][j];
+        if (r == NULL) continue;
+        assert_true(pool_unslot_locked(&f->p, r));
+        sreq_release(r);
+        return;
+    }
+    fail_msg("replica %d has nothing to finish", i);
+}
+
+static void test_dispatch_waits_for_a_full_prefix_replica(void **state)
+{
+    (void)state;
+    int32_t conv[128], other[40];
+    for (int i = 0; i < 128; i++) conv[i] = 3 + (i * 37) % 250;
+    for (int i = 0; i < 40; i++) other[i] = 5 + (i * 11) % 200;
+    fixture f;
+    prefix_fixture(&f, 3, 6);
+    remember(&f, 1, conv, 96); /* the conversation's last turn went to replica 1 */
+    fill(&f, 1);               /* which is full now */
+    pool_sends sends = {0};
+
+    /* its next turn waits for replica 1 although 0 and 2 are idle: load 2
+     * against 0 is within the default balance of 2 */
+    sreq *w = prompt_req(1, conv, 128);
+    fixture_queue(&f, w);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 0);
+    assert_int_equal(f.p.n_queue, 1);
+    assert_int_equal(w->replica, -1);
+    assert_int_equal(w->wait_for, 1);
+
+    /* a later request with no prefix anywhere passes the waiting head */
+    sreq *x = prompt_req(2, other, 40);
+    fixture_queue(&f, x);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_ptr_equal(sends.v[0].req, x);
+    assert_true(x->replica == 0 || x->replica == 2);
+    assert_int_equal(f.p.n_queue, 1);
+    assert_ptr_equal(f.p.queue[0], w);
+    assert_int_equal(f.p.route_decisions[ROUTE_LOAD], 1);
+
+    /* another turn of the conversation: replica 1's load is now 2 running
+     * + 1 waiting = 3, over the idle replica's 0 by more than 2: the least
+     * loaded replica takes it */
+    sreq *y = prompt_req(3, conv, 70); /* leaves 2 blocks of it where it goes */
+    fixture_queue(&f, y);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 2);
+    assert_ptr_equal(sends.v[1].req, y);
+    assert_int_equal(y->replica, x->replica == 0 ? 2 : 0);
+    assert_int_equal(f.p.route_decisions[ROUTE_BALANCE], 1);
+    assert_int_equal(w->wait_for, 1);
+
+    /* replica 1 frees a slot: the waiting turn goes there, expecting its
+     * 3 remembered blocks */
+    finish_one(&f, 1);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 3);
+    assert_ptr_equal(sends.v[2].req, w);
+    assert_int_equal(w->replica, 1);
+    assert_int_equal(w->route_cached_n, 96);
+    assert_int_equal(w->wait_for, -1);
+    assert_int_equal(f.p.route_decisions[ROUTE_PREFIX], 1);
+    assert_int_equal(f.p.n_queue, 0);
+    free(sends.v);
+    prefix_fixture_free(&f, 3);
+}
+
+static void test_dispatch_keeps_order_within_a_replica(void **state)
+{
+    (void)state;
+    int32_t conv[128];
+    for (int i = 0; i < 128; i++) conv[i] = 3 + (i * 53) % 250;
+    fixture f;
+    prefix_fixture(&f, 2, 6);
+    f.p.cfg.route_balance = 4;
+    remember(&f, 0, conv, 64);
+    fill(&f, 0);
+    sreq *a = prompt_req(1, conv, 70), *b = prompt_req(2, conv, 80), *c = prompt_req(3, conv, 90);
+    fixture_queue(&f, a);
+    fixture_queue(&f, b);
+    fixture_queue(&f, c);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 0);
+    assert_int_equal(f.p.n_queue, 3);
+    /* each slot that frees takes the first of them that waits for it */
+    finish_one(&f, 0);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_ptr_equal(sends.v[0].req, a);
+    finish_one(&f, 0);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 2);
+    assert_ptr_equal(sends.v[1].req, b);
+    assert_int_equal(f.p.n_queue, 1);
+    assert_ptr_equal(f.p.queue[0], c);
+    assert_int_equal(c->wait_for, 0);
+    free(sends.v);
+    prefix_fixture_free(&f, 2);
+}
+
+static void test_dispatch_reroutes_when_the_awaited_replica_dies(void **state)
+{
+    (void)state;
+    int32_t conv[128];
+    for (int i = 0; i < 128; i++) conv[i] = 7 + (i * 29) % 240;
+    fixture f;
+    prefix_fixture(&f, 2, 6);
+    remember(&f, 1, conv, 96);
+    fill(&f, 1);
+    sreq *w = prompt_req(1, conv, 128);
+    fixture_queue(&f, w);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 0);
+    assert_int_equal(w->wait_for, 1);
+    /* replica 1 dies (replica.c: its requests fail, it is DOWN) and the
+     * dispatch that follows sends the waiting request to replica 0 */
+    finish_one(&f, 1);
+    finish_one(&f, 1);
+    f.reps[1].state = REPLICA_DOWN;
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_ptr_equal(sends.v[0].req, w);
+    assert_int_equal(w->replica, 0);
+    assert_int_equal(w->route_cached_n, 0);
+    free(sends.v);
+    prefix_fixture_free(&f, 2);
+}
+
+static void test_dispatch_without_room_to_wait_takes_a_free_slot(void **state)
+{
+    (void)state;
+    int32_t conv[128];
+    for (int i = 0; i < 128; i++) conv[i] = 3 + (i * 41) % 250;
+    fixture f;
+    prefix_fixture(&f, 2, 1); /* --max-queue 1 */
+    remember(&f, 1, conv, 96);
+    fill(&f, 1);
+    sreq *a = prompt_req(1, conv, 100), *b = prompt_req(2, conv, 110);
+    fixture_queue(&f, a);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 0);
+    /* b comes while a takes the queue's one place: b may not wait too, so
+     * it goes to the replica with a free slot */
+    fixture_queue(&f, b);
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_ptr_equal(sends.v[0].req, b);
+    assert_int_equal(b->replica, 0);
+    assert_int_equal(f.p.n_queue, 1);
+    assert_ptr_equal(f.p.queue[0], a);
+    free(sends.v);
+    prefix_fixture_free(&f, 2);
+}
+
+static void test_dispatch_load_only_never_waits_for_one(void **state)
+{
+    (void)state;
+    int32_t conv[128];
+    for (int i = 0; i < 128; i++) conv[i] = 3 + (i * 41) % 250;
+    fixture f;
+    prefix_fixture(&f, 2, 4);
+    f.p.cfg.route_load_only = 1;
+    fill(&f, 1);
+    sreq *a = prompt_req(1, conv, 100);
+    fixture_queue(&f, a);
+    pool_sends sends = {0};
+    pool_dispatch_locked(&f.p, &sends);
+    assert_int_equal(sends.n, 1);
+    assert_int_equal(a->replica, 0);
+    assert_int_equal(a->route_cached_n, 0);
+    assert_int_equal(f.p.route_decisions[ROUTE_LOAD], 1);
+    free(sends.v);
+    prefix_fixture_free(&f, 2);
+}
+
 /* --- the wait for a restart while no replica is ready --- */
 
 #define MS (INT64_C(1000000))
@@ -379,6 +615,11 @@ int main(void)
         cmocka_unit_test(test_score_is_free_slots_of_a_ready_replica),
         cmocka_unit_test(test_dispatch_skips_unroutable_replicas),
         cmocka_unit_test(test_dispatch_with_no_routable_replica_keeps_the_queue),
+        cmocka_unit_test(test_dispatch_waits_for_a_full_prefix_replica),
+        cmocka_unit_test(test_dispatch_keeps_order_within_a_replica),
+        cmocka_unit_test(test_dispatch_reroutes_when_the_awaited_replica_dies),
+        cmocka_unit_test(test_dispatch_without_room_to_wait_takes_a_free_slot),
+        cmocka_unit_test(test_dispatch_load_only_never_waits_for_one),
         cmocka_unit_test(test_stranded_after_the_wait_bound),
         cmocka_unit_test(test_stranded_counts_from_submission_when_later),
         cmocka_unit_test(test_stranded_at_once_when_every_replica_keeps_failing),
