@@ -26,6 +26,7 @@
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
+#include "tensor/pack.h"
 #include "tensor/quant.h"
 
 #include <inttypes.h>
@@ -280,6 +281,15 @@ static void row_one(const row_job *j, int64_t t)
     case ROW_EMBED: {
         const uint8_t *row = (const uint8_t *)m->tok_embd.data +
                              (size_t)j->tokens[t] * m->tok_embd.row_bytes;
+        /* A tied output matrix that was repacked: the loader gave the
+         * file's pages of the table back, so the row comes from the packed
+         * copy (the same bytes) rather than faulting them in again. */
+        _Alignas(64) uint8_t buf[16384];
+        if (m->tied_output && (m->output.type & TENSOR_PACKED) != 0 &&
+            m->tok_embd.row_bytes <= sizeof(buf) &&
+            tensor_pack_row(m->tok_embd.type, m->output.data, m->output.n_rows,
+                            m->output.n_cols, j->tokens[t], buf))
+            row = buf;
         tensor_get_dequant(m->tok_embd.type)(row, ctx->x + t * n_embd, n_embd);
         break;
     }

@@ -49,4 +49,11 @@ size_t tensor_pack_bytes(uint32_t type, int64_t n_rows, int64_t n_cols);
  * the GGUF layout. dst is unspecified after an error. */
 int tensor_pack(uint32_t type, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
 
+/* Rebuilds row `row` of a packed (n_rows, n_cols) matrix of plain type
+ * `type` in its GGUF layout at dst (the row's GGUF bytes: packing loses
+ * nothing, so they equal the source row's). False when the type has no
+ * unpacker or the shape or row is out of range; dst is then untouched. */
+bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t n_cols,
+                     int64_t row, void *dst);
+
 #endif

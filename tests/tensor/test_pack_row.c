@@ -1,0 +1,83 @@
+/* tensor_pack_row: every row of a packed matrix comes back as the bytes of
+ * its source row, for each type with an x8 layout; anything else is
+ * refused and leaves dst alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "gguf/types.h"
+#include "tensor/pack.h"
+#include "tensor/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void roundtrip(uint32_t type, int64_t n_rows, int64_t n_cols, uint64_t seed)
+{
+    const size_t rb = strata_type_row_bytes(type, n_cols);
+    float *x = malloc((size_t)n_cols * sizeof(float));
+    uint8_t *src = aligned_alloc(64, (rb * (size_t)n_rows + 63) / 64 * 64);
+    size_t pb = tensor_pack_bytes(type, n_rows, n_cols);
+    assert_true(pb > 0);
+    uint8_t *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
+    uint8_t *row = malloc(rb);
+    assert_non_null(x), assert_non_null(src), assert_non_null(packed), assert_non_null(row);
+    strata_rng rng;
+    strata_rng_seed(&rng, seed);
+    for (int64_t r = 0; r < n_rows; r++) {
+        /* rows of different scales and some with an offset, so the K-quant
+         * mins and 6-bit scales take many values */
+        float scale = 0.01f + 3.0f * (float)strata_rng_uniform(&rng), off = (r % 3) * 0.5f;
+        for (int64_t i = 0; i < n_cols; i++)
+            x[i] = off + scale * (2.0f * (float)strata_rng_uniform(&rng) - 1.0f);
+        tensor_get_quant(type)(x, src + (size_t)r * rb, n_cols);
+    }
+    assert_int_equal(tensor_pack(type, src, n_rows, n_cols, packed), 0);
+    for (int64_t r = 0; r < n_rows; r++) {
+        memset(row, 0xAA, rb);
+        assert_true(tensor_pack_row(type, packed, n_rows, n_cols, r, row));
+        if (memcmp(row, src + (size_t)r * rb, rb) != 0)
+            fail_msg("%s: row %lld of %lld differs from its source", strata_type_name(type),
+                     (long long)r, (long long)n_rows);
+    }
+    /* out of range: refused, dst untouched */
+    memset(row, 0x55, rb);
+    assert_false(tensor_pack_row(type, packed, n_rows, n_cols, n_rows, row));
+    assert_false(tensor_pack_row(type, packed, n_rows, n_cols, -1, row));
+    for (size_t i = 0; i < rb; i++) assert_int_equal(row[i], 0x55);
+    free(x), free(src), free(packed), free(row);
+}
+
+static void test_rows_come_back(void **state)
+{
+    (void)state;
+    roundtrip(STRATA_TYPE_Q4_0, 24, 96, 1);
+    roundtrip(STRATA_TYPE_Q4_0, 8, 2048, 2);
+    roundtrip(STRATA_TYPE_Q8_0, 16, 160, 3);
+    roundtrip(STRATA_TYPE_Q8_0, 8, 2048, 4);
+    roundtrip(STRATA_TYPE_Q4_K, 16, 256, 5);
+    roundtrip(STRATA_TYPE_Q4_K, 8, 2048, 6);
+}
+
+static void test_refuses_what_has_no_layout(void **state)
+{
+    (void)state;
+    uint8_t packed[64] = {0}, dst[64];
+    memset(dst, 0x11, sizeof(dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_F16, packed, 8, 32, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_Q4_0, packed, 7, 32, 0, dst)); /* rows not x8 */
+    assert_false(tensor_pack_row(STRATA_TYPE_Q8_0, packed, 8, 33, 0, dst)); /* partial block */
+    for (size_t i = 0; i < sizeof(dst); i++) assert_int_equal(dst[i], 0x11);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_come_back),
+        cmocka_unit_test(test_refuses_what_has_no_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
