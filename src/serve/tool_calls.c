@@ -43,6 +43,9 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
     } else if (strstr(tmpl, "<arg_key>") != NULL) {
         fam = "glm";
         f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<invoke name=") != NULL) {
+        fam = "minimax";
+        f = TOOL_FORMAT_UNSUPPORTED;
     } else if (strstr(tmpl, "<function=") != NULL) {
         fam = "qwen3-xml";
         f = TOOL_FORMAT_UNSUPPORTED;

@@ -19,7 +19,8 @@
  *             [function<｜tool▁sep｜>N\n```json\n{...}\n``` | N<｜tool▁sep｜>{...}]
  *             <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (R1, V3, V3.1)
  * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
- * name): Qwen3-Coder's XML (<function=...><parameter=...>), GLM's
+ * name): Qwen3-Coder's XML (<function=...><parameter=...>), MiniMax's
+ * <invoke name=...>, GLM's
  * <arg_key>/<arg_value>, Kimi K2's sections, gpt-oss's harmony channels. */
 #ifndef STRATA_SERVE_TOOL_CALLS_H
 #define STRATA_SERVE_TOOL_CALLS_H
@@ -41,7 +42,7 @@ typedef enum tool_format {
 /* The format of the model whose chat template is tmpl (NUL-terminated;
  * NULL: no template, ChatML). *family, when not NULL, gets a static name
  * of the family ("hermes", "llama3", "mistral", "deepseek", "qwen3-xml",
- * "glm", "kimi", "harmony"). */
+ * "glm", "kimi", "harmony", "minimax"). */
 tool_format tool_format_detect(const char *tmpl, const char **family);
 
 /* One parsed call. */

@@ -50,6 +50,7 @@ static void test_detect_real_templates(void **state)
         {"GLM-4.6", "glm"},
         {"moonshotai-Kimi-K2", "kimi"},
         {"openai-gpt-oss-120b", "harmony"},
+        {"MiniMax-M3", "minimax"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char rel[256], path[4096];
@@ -61,7 +62,7 @@ static void test_detect_real_templates(void **state)
         const char *fam = NULL;
         tool_format f = tool_format_detect(t, &fam);
         if (strcmp(fam, cases[i].family) != 0) fail_msg("%s: %s, want %s", cases[i].file, fam, cases[i].family);
-        bool unsupported = !strcmp(fam, "qwen3-xml") || !strcmp(fam, "glm") || !strcmp(fam, "kimi") ||
+        bool unsupported = !strcmp(fam, "qwen3-xml") || !strcmp(fam, "glm") || !strcmp(fam, "kimi") || !strcmp(fam, "minimax") ||
                            !strcmp(fam, "harmony");
         assert_int_equal(f == TOOL_FORMAT_UNSUPPORTED, unsupported);
         free(t);
