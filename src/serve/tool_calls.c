@@ -1,10 +1,10 @@
-#define _GNU_SOURCE /* memmem, strndup */
 /* Tool-call syntaxes of model families (tool_calls.h): detection from a
  * chat template's text, parsing of a finished output, the plain-text prefix
  * of a growing one, and the GBNF that forces a call. The parsers walk the
  * output with explicit positions and take each call's JSON with jansson
  * (stopping after the value), so a truncated or malformed output is simply
  * "no call". */
+#define _GNU_SOURCE /* memmem, strndup */
 #include "serve/tool_calls.h"
 #include "serve/json_schema.h"
 #include "serve/textgen.h"

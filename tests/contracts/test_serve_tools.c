@@ -47,7 +47,10 @@ static char *read_template(const char *name)
     snprintf(rel, sizeof(rel), "chat-templates/llama.cpp-jinja/%s.jinja", name);
     if (testdata_path(path, sizeof(path), rel) == NULL) return NULL;
     size_t n;
-    return testdata_read_file(path, &n);
+    char *raw = testdata_read_file(path, &n);
+    char *t = raw ? strndup(raw, n) : NULL; /* the API takes a C string */
+    free(raw);
+    return t;
 }
 
 static int parse(const api_env *env, const char *body, api_gen *g, api_error *e)

@@ -5,6 +5,7 @@
  * point, and the forcing grammar checked with the engine's own grammar
  * automaton (a valid call passes, an undeclared name or bad arguments do
  * not). */
+#define _GNU_SOURCE /* strndup */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,7 +58,10 @@ static void test_detect_real_templates(void **state)
         snprintf(rel, sizeof(rel), "chat-templates/llama.cpp-jinja/%s.jinja", cases[i].file);
         TESTDATA_FILE(path, rel);
         size_t n;
-        char *t = testdata_read_file(path, &n);
+        char *raw = testdata_read_file(path, &n);
+        assert_non_null(raw);
+        char *t = strndup(raw, n); /* the detector takes a C string */
+        free(raw);
         assert_non_null(t);
         const char *fam = NULL;
         tool_format f = tool_format_detect(t, &fam);
