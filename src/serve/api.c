@@ -675,8 +675,13 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
                         "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
                         family);
     }
+    if (strcmp(mode, "required") != 0) {
+        /* auto: free text or a call, parsed; but a reply held to a
+         * `response_format` is that format's, never a call */
+        g->tool_calls = g->grammar == NULL;
+        return 0;
+    }
     g->tool_calls = true;
-    if (strcmp(mode, "required") != 0) return 0; /* auto: free text or a call, parsed */
     if (g->grammar != NULL) {
         return api_fail(e, 400, "invalid_value",
                         "`tool_choice` that forces a call and a `response_format`, `grammar` or "

@@ -114,7 +114,8 @@ typedef struct api_gen {
  * `tool_calls[].function.arguments` (a JSON string) are parsed into
  * objects before rendering, as Hugging Face templates expect. A tool choice
  * that forces a call cannot be combined with `response_format`, `grammar`
- * or `json_schema`. */
+ * or `json_schema`; with "auto" the reply follows that format and is not
+ * parsed for calls. */
 #define API_MAX_TOOLS 128
 
 /* Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.

@@ -113,6 +113,11 @@ static void test_parse_choices(void **state)
         assert_null(g.grammar);
         api_gen_free(&g);
     }
+    /* auto with a response_format: the reply is that format's, not parsed */
+    assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
+    assert_false(g.tool_calls);
+    assert_non_null(g.grammar);
+    api_gen_free(&g);
     /* none: nothing parsed or forced */
     assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"none\"}", &g, &e), 0);
     assert_false(g.tool_calls);
@@ -462,9 +467,24 @@ static void test_through_the_server(void **state)
         check_stream(oc, &st);
         streamed_free(&st);
     }
+    /* n choices: each its own calls, every id distinct */
+    script(CALL("ping", "{}"));
+    json_t *resp = post(port, "{" MSGS "," TOOLS ",\"n\":3,\"max_tokens\":400}");
+    json_t *chs = json_object_get(resp, "choices");
+    assert_int_equal(json_array_size(chs), 3);
+    const char *ids[3];
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(chs, i);
+        assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
+        json_t *tc = json_array_get(json_object_get(json_object_get(c, "message"), "tool_calls"), 0);
+        ids[i] = json_string_value(json_object_get(tc, "id"));
+        assert_non_null(ids[i]);
+        for (size_t k = 0; k < i; k++) assert_string_not_equal(ids[i], ids[k]);
+    }
+    json_decref(resp);
     /* a call cut by max_tokens is content, with finish_reason length */
     script(CALL("get_weather", "{\"city\": \"Paris\"}"));
-    json_t *resp = post(port, "{" MSGS "," TOOLS ",\"max_tokens\":5}");
+    resp = post(port, "{" MSGS "," TOOLS ",\"max_tokens\":5}");
     json_t *c = json_array_get(json_object_get(resp, "choices"), 0);
     assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
     assert_null(json_object_get(json_object_get(c, "message"), "tool_calls"));
