@@ -411,8 +411,8 @@ typedef struct unsupported_field {
  * fields that Strata does not implement, then llama-server's and vLLM's
  * common extras that change the result. The README lists them. */
 static const unsupported_field k_unsupported[] = {
-    {"tools", K_GEN, inert_empty, "[]"},
-    {"tool_choice", K_GEN, inert_tool_choice, "\"none\", or \"auto\" without tools"},
+    {"tools", K_CMPL, inert_empty, "[]"},
+    {"tool_choice", K_CMPL, inert_tool_choice, "\"none\", or \"auto\" without tools"},
     {"functions", K_CHAT, inert_empty, "[]"},
     {"function_call", K_CHAT, inert_function_call, "\"none\", or \"auto\" without functions"},
     {"audio", K_CHAT, NULL, NULL},
@@ -569,6 +569,177 @@ static int parse_structured(json_t *o, api_gen *g, api_error *e)
     return compile_schema(sch, "response_format.json_schema.schema", g, e);
 }
 
+/* --- tools --- */
+
+static bool tool_name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* `tools`, `tool_choice` and `parallel_tool_calls` (api.h): *tools_out is
+ * the array to render (borrowed from o; NULL: none), g->tool_calls and
+ * g->grammar set as the choice says. */
+static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools_out, api_error *e)
+{
+    *tools_out = NULL;
+    json_t *tools = json_object_get(o, "tools"), *choice = json_object_get(o, "tool_choice");
+    bool parallel = true;
+    if (get_bool(o, "parallel_tool_calls", &parallel, e) != 0) return -1;
+    size_t n = 0;
+    if (tools != NULL && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return api_fail(e, 400, "invalid_type", "`tools` must be an array");
+        n = json_array_size(tools);
+        if (n > API_MAX_TOOLS) {
+            return api_fail(e, 400, "invalid_value", "`tools` has %zu tools; at most %d", n, API_MAX_TOOLS);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!json_is_object(t) || type == NULL || strcmp(type, "function") != 0) {
+            return api_fail(e, 400, "invalid_value", "`tools[%zu].type` must be \"function\"", i);
+        }
+        json_t *f = json_object_get(t, "function");
+        if (!json_is_object(f)) return api_fail(e, 400, "invalid_value", "`tools[%zu].function` must be an object", i);
+        json_t *name = json_object_get(f, "name"), *desc = json_object_get(f, "description"),
+               *params = json_object_get(f, "parameters");
+        if (!json_is_string(name) || !tool_name_ok(json_string_value(name), json_string_length(name))) {
+            return api_fail(e, 400, "invalid_value",
+                            "`tools[%zu].function.name` must be 1 to 64 letters, digits, '_' or '-'", i);
+        }
+        if (desc != NULL && !json_is_null(desc) && !json_is_string(desc)) {
+            return api_fail(e, 400, "invalid_type", "`tools[%zu].function.description` must be a string", i);
+        }
+        if (params != NULL && !json_is_null(params) && !json_is_object(params)) {
+            return api_fail(e, 400, "invalid_type",
+                            "`tools[%zu].function.parameters` must be a JSON Schema object", i);
+        }
+        for (size_t k = 0; k < i; k++) {
+            json_t *other = json_object_get(json_object_get(json_array_get(tools, k), "function"), "name");
+            if (json_equal(other, name)) {
+                return api_fail(e, 400, "invalid_value", "`tools[%zu].function.name` \"%s\" is declared twice",
+                                i, json_string_value(name));
+            }
+        }
+    }
+    /* tool_choice: the named tool's index, or -1 for any */
+    const char *mode = n > 0 ? "auto" : "none";
+    long named = -1;
+    if (choice != NULL && !json_is_null(choice)) {
+        if (json_is_string(choice)) {
+            mode = json_string_value(choice);
+            if (strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0 && strcmp(mode, "required") != 0) {
+                return api_fail(e, 400, "invalid_value", "`tool_choice` must be \"auto\", \"none\", \"required\" "
+                                                           "or {\"type\":\"function\",\"function\":{\"name\":...}}");
+            }
+        } else {
+            const char *type = json_string_value(json_object_get(choice, "type"));
+            json_t *nm = json_object_get(json_object_get(choice, "function"), "name");
+            if (!json_is_object(choice) || type == NULL || strcmp(type, "function") != 0 || !json_is_string(nm)) {
+                return api_fail(e, 400, "invalid_value", "`tool_choice` must be \"auto\", \"none\", \"required\" "
+                                                           "or {\"type\":\"function\",\"function\":{\"name\":...}}");
+            }
+            for (size_t i = 0; i < n && named < 0; i++) {
+                if (json_equal(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"), nm)) {
+                    named = (long)i;
+                }
+            }
+            if (named < 0) {
+                return api_fail(e, 400, "invalid_value", "`tool_choice` names the function \"%.64s\", which `tools` does not declare",
+                                json_string_value(nm));
+            }
+            mode = "required";
+        }
+    }
+    if (n == 0) {
+        if (strcmp(mode, "required") == 0) {
+            return api_fail(e, 400, "invalid_value", "`tool_choice` \"required\" needs `tools`");
+        }
+        return 0;
+    }
+    *tools_out = tools;
+    if (strcmp(mode, "none") == 0) return 0; /* the model sees the tools; no call is parsed */
+    const char *family = NULL;
+    g->tool_fmt = tool_format_detect(env->chat_template, &family);
+    if (g->tool_fmt == TOOL_FORMAT_UNSUPPORTED) {
+        return api_fail(e, 400, "unsupported_parameter",
+                        "unsupported parameter `tools`: this model's template writes tool calls in the "
+                        "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
+                        family);
+    }
+    if (strcmp(mode, "required") != 0) {
+        /* auto: free text or a call, parsed; but a reply held to a
+         * `response_format` is that format's, never a call */
+        g->tool_calls = g->grammar == NULL;
+        return 0;
+    }
+    g->tool_calls = true;
+    if (g->grammar != NULL) {
+        return api_fail(e, 400, "invalid_value",
+                        "`tool_choice` that forces a call and a `response_format`, `grammar` or "
+                        "`json_schema` cannot both be set; send one");
+    }
+    tool_decl decl[API_MAX_TOOLS];
+    size_t n_decl = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (named >= 0 && (long)i != named) continue;
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        json_t *params = json_object_get(f, "parameters");
+        decl[n_decl++] = (tool_decl){json_string_value(json_object_get(f, "name")),
+                                     json_is_null(params) ? NULL : params};
+    }
+    strata_err err = {0};
+    int rc = tool_calls_grammar(g->tool_fmt, decl, n_decl, parallel && named < 0, &g->grammar, &err);
+    if (rc == STRATA_ENOMEM) return api_fail(e, 500, "out_of_memory", "out of memory");
+    if (rc != 0) return api_fail(e, 400, "invalid_schema", "`tools`: %s", err.msg);
+    return 0;
+}
+
+/* An assistant message's `tool_calls` in the copy c of messages[i]:
+ * each `function.arguments` given as a JSON string becomes the object it
+ * holds. */
+static int parse_msg_tool_calls(json_t *c, size_t i, api_error *e)
+{
+    json_t *tcs = json_object_get(c, "tool_calls");
+    if (tcs == NULL || json_is_null(tcs)) {
+        json_object_del(c, "tool_calls");
+        return 0;
+    }
+    if (!json_is_array(tcs)) return api_fail(e, 400, "invalid_type", "`messages[%zu].tool_calls` must be an array", i);
+    size_t k;
+    json_t *tc;
+    json_array_foreach(tcs, k, tc) {
+        json_t *f = json_object_get(tc, "function");
+        if (!json_is_object(tc) || !json_is_object(f) || !json_is_string(json_object_get(f, "name"))) {
+            return api_fail(e, 400, "invalid_value",
+                            "`messages[%zu].tool_calls[%zu]` must have `function` with a `name`", i, k);
+        }
+        json_t *args = json_object_get(f, "arguments");
+        if (json_is_string(args)) {
+            json_t *v = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
+            if (v == NULL) {
+                return api_fail(e, 400, "invalid_value",
+                                "`messages[%zu].tool_calls[%zu].function.arguments` is not JSON", i, k);
+            }
+            json_object_set_new(f, "arguments", v);
+        } else if (args == NULL || json_is_null(args)) {
+            json_object_set_new(f, "arguments", json_object());
+        } else if (!json_is_object(args)) {
+            return api_fail(e, 400, "invalid_type",
+                            "`messages[%zu].tool_calls[%zu].function.arguments` must be a JSON string", i, k);
+        }
+    }
+    return 0;
+}
+
 /* Token ids given by the client, checked against the vocab. */
 static int parse_ids(json_t *a, const char *what, const vocab *voc, api_gen *g, api_error *e)
 {
@@ -700,7 +871,8 @@ static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
 
 /* messages → a prompt with the model's template. Contents given as parts
  * ([{"type":"text","text":...}]) are joined into one string first. */
-static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *e)
+static int parse_messages(const api_env *env, json_t *o, const json_t *tools, api_gen *g,
+                          api_error *e)
 {
     json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
@@ -743,6 +915,7 @@ static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *
         }
         if (content == NULL || json_is_null(content)) json_object_set_new(c, "content", json_string(""));
         json_array_append_new(norm, c);
+        if (rc == 0) rc = parse_msg_tool_calls(c, i, e);
         if (rc != 0) break;
     }
     if (rc != 0) {
@@ -751,7 +924,7 @@ static int parse_messages(const api_env *env, json_t *o, api_gen *g, api_error *
     }
     const char *tmpl = env->chat_template ? env->chat_template : k_chatml;
     chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
-                               .eos_token = env->eos};
+                               .eos_token = env->eos, .tools = tools};
     char *prompt = NULL;
     size_t prompt_len = 0;
     strata_err err;
@@ -851,7 +1024,9 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_structured(o, g, e)) != 0) goto out;
-        rc = kind == API_CHAT ? parse_messages(env, o, g, e) : parse_prompt(env, o, "prompt", g, e);
+        json_t *tools = NULL;
+        if (kind == API_CHAT && (rc = parse_tools(env, o, g, &tools, e)) != 0) goto out;
+        rc = kind == API_CHAT ? parse_messages(env, o, tools, g, e) : parse_prompt(env, o, "prompt", g, e);
     }
     if (rc != 0) goto out;
     if (g->n_prompt == 0) {
@@ -1042,7 +1217,23 @@ json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t s
         json_t *lp = ch[i].logprobs ? ch[i].logprobs : json_null();
         ch[i].logprobs = NULL;
         const char *text = ch[i].text ? ch[i].text : "";
-        if (kind == API_CHAT) {
+        const tool_parsed *tp = ch[i].tools;
+        if (kind == API_CHAT && tp != NULL && tp->n_calls > 0) {
+            json_t *calls = json_array();
+            for (size_t k = 0; k < tp->n_calls; k++) {
+                char id[10];
+                api_tool_call_id(id, serial, i, k);
+                json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
+                                                       "function", "name", tp->calls[k].name,
+                                                       "arguments", tp->calls[k].arguments));
+            }
+            json_t *content = api_blank(tp->content, tp->n_content)
+                                  ? json_null()
+                                  : json_stringn(tp->content, tp->n_content);
+            choice = json_pack("{s:I,s:{s:s,s:o,s:o},s:o,s:s}", "index", (json_int_t)i, "message",
+                               "role", "assistant", "content", content, "tool_calls", calls,
+                               "logprobs", lp, "finish_reason", "tool_calls");
+        } else if (kind == API_CHAT) {
             choice = json_pack("{s:I,s:{s:s,s:s%},s:o,s:s}", "index", (json_int_t)i, "message",
                                "role", "assistant", "content", text, ch[i].n_text, "logprobs", lp,
                                "finish_reason", ch[i].res->finish_reason);
@@ -1087,6 +1278,50 @@ json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial
         choice = json_pack("{s:I,s:s%,s:o,s:o}", "index", (json_int_t)index, "text",
                            text ? text : "", n_text, "logprobs", lp, "finish_reason", fin);
     }
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    return j;
+}
+
+bool api_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r') return false;
+    }
+    return true;
+}
+
+void api_tool_call_id(char out[10], uint64_t serial, size_t index, size_t k)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    /* splitmix64 of the three: distinct calls get unrelated ids */
+    uint64_t x = serial * 0x9E3779B97F4A7C15ull ^ ((uint64_t)index << 32) ^ (uint64_t)k;
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    for (int i = 0; i < 9; i++) {
+        out[i] = digits[x % 62];
+        x /= 62; /* 62^9 < 2^64: one value holds the nine digits */
+    }
+    out[9] = '\0';
+}
+
+json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index, size_t k,
+                              const char *name, const char *arguments)
+{
+    json_t *call;
+    if (name != NULL) {
+        char id[10];
+        api_tool_call_id(id, serial, index, k);
+        call = json_pack("{s:I,s:s,s:s,s:{s:s,s:s}}", "index", (json_int_t)k, "id", id, "type",
+                         "function", "function", "name", name, "arguments", "");
+    } else {
+        call = json_pack("{s:I,s:{s:s}}", "index", (json_int_t)k, "function", "arguments",
+                         arguments ? arguments : "");
+    }
+    json_t *j = envelope(env, API_CHAT, serial, true);
+    json_t *choice = json_pack("{s:I,s:{s:[o]},s:n,s:n}", "index", (json_int_t)index, "delta",
+                               "tool_calls", call, "logprobs", "finish_reason");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     return j;
 }

@@ -16,6 +16,7 @@
 #include "engine/protocol.h"
 #include "serve/request.h"
 #include "serve/textgen.h"
+#include "serve/tool_calls.h"
 #include "text/vocab.h"
 
 #include <jansson.h>
@@ -85,6 +86,9 @@ typedef struct api_gen {
     char *grammar;                  /* GBNF the output must match (protocol `grammar`):
                                        `grammar` as given, or compiled from `json_schema` /
                                        `response_format`; NULL: none. malloc'd */
+    bool tool_calls;                /* chat with `tools` and a `tool_choice` other than
+                                       "none": the output is parsed for calls */
+    tool_format tool_fmt;           /* the template's call syntax (tool_calls.h) */
 } api_gen;
 
 /* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's
@@ -99,6 +103,20 @@ typedef struct api_gen {
  * three; JSON Schema is compiled by serve/json_schema.h and its errors are
  * a 400 naming the keyword's path. */
 #define API_MAX_GRAMMAR_BYTES (256 * 1024)
+
+/* Tools (chat): `tools` (OpenAI's [{"type":"function","function":{"name",
+ * "description","parameters"}}], names [A-Za-z0-9_-]{1,64}, unique;
+ * rendered by the template), `tool_choice` ("auto", the default with
+ * tools; "none": tools rendered, output not parsed; "required" and
+ * {"type":"function","function":{"name"}}: the grammar forces a call of a
+ * declared tool, one named tool for the latter), `parallel_tool_calls`
+ * (default true: "required" allows several calls). Assistant messages'
+ * `tool_calls[].function.arguments` (a JSON string) are parsed into
+ * objects before rendering, as Hugging Face templates expect. A tool choice
+ * that forces a call cannot be combined with `response_format`, `grammar`
+ * or `json_schema`; with "auto" the reply follows that format and is not
+ * parsed for calls. */
+#define API_MAX_TOOLS 128
 
 /* Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.
  * Returns 0, or -1 with e filled (400/404/413...). Free with api_gen_free. */
@@ -163,6 +181,10 @@ json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token 
 typedef struct api_choice {
     const char *text;
     size_t n_text;
+    const tool_parsed *tools; /* chat: the calls parsed from text (when it has any,
+                                 they replace text: `content` is tools->content, or
+                                 null when blank, and finish_reason "tool_calls");
+                                 NULL: none */
     json_t *logprobs;      /* stolen; NULL: null */
     const api_result *res; /* its finish_reason and figures */
 } api_choice;
@@ -183,6 +205,17 @@ json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t s
 json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial, size_t index,
                          const char *text, size_t n_text, const char *finish_reason, bool first,
                          json_t *logprobs);
+
+/* The id of call k of choice `index` of request serial: 9 letters and
+ * digits (what Mistral's templates insist on), NUL-terminated in out. */
+void api_tool_call_id(char out[10], uint64_t serial, size_t index, size_t k);
+/* A streamed chunk of call k of choice `index`: with name, the call's
+ * first delta {index, id, type, function: {name, arguments: ""}}; without,
+ * an argument fragment {index, function: {arguments}}. */
+json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index, size_t k,
+                              const char *name, const char *arguments);
+/* A text that is only whitespace (or empty). */
+bool api_blank(const char *s, size_t n);
 
 /* One embedding: v[0..n). */
 typedef struct api_vec {

@@ -184,6 +184,10 @@ typedef struct choice {
     bool first;         /* streamed: none of its chunks went out (chat: role comes first) */
     bool reported;      /* streamed: its finish chunk went out */
     sbuf text;          /* streamed: text not sent yet; else all of it */
+    sbuf all;           /* streamed with tools: all the text so far */
+    size_t sent;        /* ... of which the bytes sent as content */
+    tool_parsed tp;     /* with tools: the calls of the finished text */
+    bool tp_ready;
 } choice;
 
 typedef struct gen_run {
@@ -445,6 +449,8 @@ static void gen_run_free(gen_run *gr)
         sreq_release(c->r);
         if (c->tg_ready) textgen_free(&c->tg);
         sbuf_free(&c->text);
+        sbuf_free(&c->all);
+        if (c->tp_ready) tool_parsed_free(&c->tp);
     }
     free(gr->ch);
     sreq_waker_release(gr->w);
@@ -491,6 +497,70 @@ typedef struct stream_st {
     bool finished;
 } stream_st;
 
+/* Parses a finished choice's text for tool calls (once); with calls its
+ * finish_reason becomes "tool_calls". */
+static void choice_parse_tools(gen_run *gr, choice *c, const char *text, size_t n)
+{
+    if (c->tp_ready) return;
+    if (tool_calls_parse(gr->g.tool_fmt, text ? text : "", n, &c->tp) != 0) return;
+    c->tp_ready = true;
+    if (c->tp.n_calls > 0) c->res.finish_reason = "tool_calls";
+}
+
+/* The events of streamed choice i when its output is parsed for calls:
+ * content only up to what cannot be (the start of) a call, and once it
+ * ends either the rest as content or the calls as tool_calls deltas (the
+ * first of each with its id and name, then its arguments), then the finish
+ * chunk. lp (stolen) rides on the content chunk. */
+static void stream_tool_choice(stream_st *st, size_t i, json_t *lp)
+{
+    gen_run *gr = st->gr;
+    choice *c = &gr->ch[i];
+    if (c->text.len > 0) sbuf_append(&c->all, c->text.data, c->text.len);
+    c->text.len = 0;
+    if (c->text.data != NULL) c->text.data[0] = '\0';
+    const char *all = c->all.data ? c->all.data : "";
+    const char *from = all + c->sent;
+    size_t n_send = 0;
+    if (c->ended) choice_parse_tools(gr, c, all, c->all.len);
+    bool calls = c->tp_ready && c->tp.n_calls > 0;
+    if (calls) {
+        /* the content is the text before the first call (all of which was
+         * held from where the call began) and any text after the last */
+        if (c->tp.n_content > c->sent) {
+            from = c->tp.content + c->sent;
+            n_send = c->tp.n_content - c->sent;
+        }
+    } else {
+        size_t upto = c->ended ? c->all.len : tool_calls_text_prefix(gr->g.tool_fmt, all, c->all.len);
+        if (upto > c->sent) n_send = upto - c->sent;
+    }
+    if (n_send > 0 || lp != NULL) {
+        api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, from, n_send,
+                                                 NULL, c->first, lp));
+        c->first = false;
+        c->sent += n_send;
+    }
+    if (!c->ended || c->reported) return;
+    for (size_t k = 0; calls && k < c->tp.n_calls; k++) {
+        json_t *d = api_stream_tool_delta(&gr->env, gr->serial, i, k, c->tp.calls[k].name, NULL);
+        if (c->first) {
+            json_t *delta = json_object_get(json_array_get(json_object_get(d, "choices"), 0), "delta");
+            json_object_set_new(delta, "role", json_string("assistant"));
+            c->first = false;
+        }
+        api_sse_event(&st->out, d);
+        api_sse_event(&st->out, api_stream_tool_delta(&gr->env, gr->serial, i, k, NULL,
+                                                      c->tp.calls[k].arguments));
+    }
+    json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, "", 0, c->res.finish_reason,
+                                    c->first, NULL);
+    json_object_set_new(last, "timings", api_timings(&c->res));
+    api_sse_event(&st->out, last);
+    c->first = false;
+    c->reported = true;
+}
+
 /* Produces the next SSE events into st->out; false when the client left.
  * Each choice's chunks carry its index, in the order its text comes; each
  * choice gets its finish chunk (with its own timings) when it ends. */
@@ -512,6 +582,10 @@ static bool stream_produce(stream_st *st)
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
         json_t *lp = take_logprobs(gr, c, false);
+        if (gr->g.tool_calls && !failed) {
+            stream_tool_choice(st, i, lp);
+            continue;
+        }
         if (c->text.len > 0 || lp != NULL) {
             api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i,
                                                      c->text.data, c->text.len, NULL, c->first,
@@ -716,6 +790,10 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     } else if (gen_error(gr, &e) != 0) {
         ret = respond_error(s, c, endpoint, &e, serial);
     } else {
+        for (size_t i = 0; gr->g.tool_calls && i < gr->n_ch; i++) {
+            choice *ch = &gr->ch[i];
+            choice_parse_tools(gr, ch, ch->text.data, ch->text.len);
+        }
         api_result total;
         total_result(gr, &total);
         json_t *body = NULL;
@@ -734,7 +812,9 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
             api_choice *chs = calloc(gr->n_ch, sizeof(*chs));
             for (size_t i = 0; chs != NULL && i < gr->n_ch; i++) {
                 choice *ch = &gr->ch[i];
+                if (gr->g.tool_calls) choice_parse_tools(gr, ch, ch->text.data, ch->text.len);
                 chs[i] = (api_choice){.text = ch->text.data ? ch->text.data : "",
+                                      .tools = ch->tp_ready ? &ch->tp : NULL,
                                       .n_text = ch->text.len,
                                       .logprobs = take_logprobs(gr, ch, true),
                                       .res = &ch->res};

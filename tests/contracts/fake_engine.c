@@ -54,7 +54,12 @@
  *                           blocks, reuse from 32 tokens), so the server
  *                           routes by prefix; a longer prompt whose last 9
  *                           tokens are a script runs that script (what
- *                           precedes it is the prefix a test routes by) */
+ *                           precedes it is the prefix a test routes by)
+ *   FAKE_ENGINE_SCRIPT=path  a plain prompt (no op header) outputs the token
+ *                           ids that path holds (whitespace-separated, read
+ *                           at each gen, at most FAKE_SCRIPT_MAX), one per
+ *                           step, then EOS and `done` stop (max_tokens still
+ *                           cuts it: `done` length) */
 #define _GNU_SOURCE
 #include "engine/protocol.h"
 
@@ -81,7 +86,11 @@ typedef struct fake_req {
     int64_t done_at_ms;   /* LATE_DONE: when to send `done` */
     bool bad_sent;
     bool long_done;       /* LONG_STEP: its long step has begun */
+    int32_t *script;      /* FAKE_ENGINE_SCRIPT's ids (n_script), or NULL */
+    int n_script;
 } fake_req;
+
+#define FAKE_SCRIPT_MAX 4096
 
 #define FAKE_MAX 256
 static fake_req g_reqs[FAKE_MAX];
@@ -148,6 +157,8 @@ static void send_done(fake_req *r, proto_finish f)
                                    .predicted_ms = r->k * 1.25 + 0.5};
     emit(&m);
     r->used = false;
+    free(r->script);
+    r->script = NULL;
 }
 
 static void stall(int64_t t, int64_t for_ms, bool running, int64_t tokens)
@@ -199,6 +210,7 @@ static void on_gen(const proto_msg *m, FILE *log)
         proto_encode_err(&g_out, m->id, PROTO_ERR_INTERNAL, "fake engine full", NULL);
         return;
     }
+    free(r->script); /* a request that ended without `done` */
     memset(r, 0, sizeof(*r));
     r->used = true;
     r->id = m->id;
@@ -215,6 +227,17 @@ static void on_gen(const proto_msg *m, FILE *log)
         r->op = 0; /* a plain prompt: a few tokens */
         r->k = (int)g->n_tokens;
         r->n = 4;
+        const char *script = getenv("FAKE_ENGINE_SCRIPT");
+        FILE *sf = script != NULL ? fopen(script, "r") : NULL;
+        if (sf != NULL) {
+            r->script = malloc(FAKE_SCRIPT_MAX * sizeof(int32_t));
+            int id;
+            while (r->script != NULL && r->n_script < FAKE_SCRIPT_MAX && fscanf(sf, "%d", &id) == 1) {
+                r->script[r->n_script++] = id;
+            }
+            r->n = r->n_script;
+            fclose(sf);
+        }
     }
     g_lookup_tokens += r->n_prompt;
     g_hit_tokens += r->k % 5;
@@ -259,6 +282,7 @@ static void step(fake_req *r, int64_t t)
     if (t < r->next_ms) return;
     r->next_ms = t + r->delay;
     int32_t tok = 259 + (r->k * 31 + r->sent * 17) % 253;
+    if (r->script != NULL && r->sent < r->n_script) tok = r->script[r->sent];
     switch (r->op) {
     case 0:
         if (r->max_tokens >= 0 && r->sent >= r->max_tokens) {

@@ -99,8 +99,9 @@ typedef struct field_case {
 /* Each known-but-unimplemented field with a value that would change the
  * answer. */
 static const field_case k_refused[] = {
-    {'h', "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
-    {'h', "tool_choice", "\"required\""},
+    /* chat implements tools (test_serve_tools.c); completions do not */
+    {'c', "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+    {'c', "tool_choice", "\"required\""},
     {'h', "functions", "[{\"name\":\"f\"}]"},
     {'h', "function_call", "{\"name\":\"f\"}"},
     {'h', "audio", "{\"voice\":\"alloy\",\"format\":\"wav\"}"},

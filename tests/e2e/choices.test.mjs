@@ -101,8 +101,8 @@ describe('several results per request', { skip: skip ?? false }, () => {
     const chat = { model: MODEL_NAME, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
     const refused = [
       [{ reasoning_effort: 'high' }, 'reasoning_effort'],
-      [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
-      [{ tool_choice: 'required' }, 'tool_choice'],
+      [{ functions: [{ name: 'f', parameters: {} }] }, 'functions'],
+      [{ tool_choice: 'required' }, 'tool_choice'], // without tools
       [{ modalities: ['text', 'audio'] }, 'modalities'],
     ];
     for (const [extra, field] of refused) {

@@ -1,0 +1,525 @@
+/* Tool-call syntaxes of model families (tool_calls.h): detection from a
+ * chat template's text, parsing of a finished output, the plain-text prefix
+ * of a growing one, and the GBNF that forces a call. The parsers walk the
+ * output with explicit positions and take each call's JSON with jansson
+ * (stopping after the value), so a truncated or malformed output is simply
+ * "no call". */
+#define _GNU_SOURCE /* memmem, strndup */
+#include "serve/tool_calls.h"
+#include "serve/json_schema.h"
+#include "serve/textgen.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HERMES_OPEN "<tool_call>"
+#define HERMES_CLOSE "</tool_call>"
+#define LLAMA3_TAG "<|python_tag|>"
+#define MISTRAL_TAG "[TOOL_CALLS]"
+#define MISTRAL_ARGS "[ARGS]"
+#define DS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALL "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+
+/* The longest function name taken from output. */
+#define TOOL_MAX_NAME 256
+
+tool_format tool_format_detect(const char *tmpl, const char **family)
+{
+    const char *fam = "hermes";
+    tool_format f = TOOL_FORMAT_HERMES;
+    if (tmpl == NULL) {
+        /* ChatML */
+    } else if (strstr(tmpl, "<|channel|>") != NULL) {
+        fam = "harmony";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<|tool_calls_section_begin|>") != NULL) {
+        fam = "kimi";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<arg_key>") != NULL) {
+        fam = "glm";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<invoke name=") != NULL) {
+        fam = "minimax";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<function=") != NULL) {
+        fam = "qwen3-xml";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, MISTRAL_TAG) != NULL) {
+        fam = "mistral";
+        f = TOOL_FORMAT_MISTRAL;
+    } else if (strstr(tmpl, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin") != NULL) {
+        fam = "deepseek";
+        f = TOOL_FORMAT_DEEPSEEK;
+    } else if (strstr(tmpl, HERMES_OPEN) != NULL) {
+        /* before Llama 3: Hermes 2/3 on Llama 3 use this syntax */
+    } else if (strstr(tmpl, LLAMA3_TAG) != NULL ||
+               (strstr(tmpl, "<|start_header_id|>") != NULL && strstr(tmpl, "parameters") != NULL)) {
+        fam = "llama3";
+        f = TOOL_FORMAT_LLAMA3;
+    }
+    if (family != NULL) *family = fam;
+    return f;
+}
+
+/* --- parsing --- */
+
+typedef struct cursor {
+    const char *s;
+    size_t n, p;
+} cursor;
+
+static void skip_ws(cursor *c)
+{
+    while (c->p < c->n && (c->s[c->p] == ' ' || c->s[c->p] == '\n' || c->s[c->p] == '\t' ||
+                           c->s[c->p] == '\r')) {
+        c->p++;
+    }
+}
+
+static bool at(const cursor *c, const char *lit)
+{
+    size_t k = strlen(lit);
+    return c->n - c->p >= k && memcmp(c->s + c->p, lit, k) == 0;
+}
+
+static bool eat(cursor *c, const char *lit)
+{
+    if (!at(c, lit)) return false;
+    c->p += strlen(lit);
+    return true;
+}
+
+/* The first occurrence of lit in s[0..n), or n. */
+static size_t find(const char *s, size_t n, const char *lit)
+{
+    const char *q = memmem(s, n, lit, strlen(lit));
+    return q ? (size_t)(q - s) : n;
+}
+
+/* One JSON value at the cursor (an object or an array; NULL if none). */
+static json_t *take_json(cursor *c)
+{
+    if (c->p >= c->n || (c->s[c->p] != '{' && c->s[c->p] != '[')) return NULL;
+    json_error_t je;
+    json_t *j = json_loadb(c->s + c->p, c->n - c->p, JSON_DISABLE_EOF_CHECK, &je);
+    if (j == NULL) return NULL;
+    c->p += je.position;
+    return j;
+}
+
+static bool name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > TOOL_MAX_NAME) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= ' ' || ch == '"' || ch == '\\' || ch == '<' || ch == '[') return false;
+    }
+    return true;
+}
+
+typedef struct calls {
+    tool_call *v;
+    size_t n, cap;
+    bool oom;
+} calls;
+
+static void calls_free(calls *cs)
+{
+    for (size_t i = 0; i < cs->n; i++) {
+        free(cs->v[i].name);
+        free(cs->v[i].arguments);
+    }
+    free(cs->v);
+    memset(cs, 0, sizeof(*cs));
+}
+
+/* Appends a call of name[0..n_name) with args (an object, or a string that
+ * holds one); false when args is neither (or memory ran out: cs->oom). */
+static bool calls_add(calls *cs, const char *name, size_t n_name, const json_t *args)
+{
+    json_t *parsed = NULL;
+    if (json_is_string(args)) {
+        parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        args = parsed;
+    }
+    if (!json_is_object(args) || !name_ok(name, n_name)) {
+        json_decref(parsed);
+        return false;
+    }
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? cs->cap * 2 : 4;
+        tool_call *v = realloc(cs->v, cap * sizeof(*v));
+        if (v == NULL) {
+            cs->oom = true;
+            json_decref(parsed);
+            return false;
+        }
+        cs->v = v;
+        cs->cap = cap;
+    }
+    tool_call *t = &cs->v[cs->n];
+    t->name = strndup(name, n_name);
+    t->arguments = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(parsed);
+    if (t->name == NULL || t->arguments == NULL) {
+        free(t->name);
+        free(t->arguments);
+        cs->oom = true;
+        return false;
+    }
+    cs->n++;
+    return true;
+}
+
+/* {"name": N, "arguments"|"parameters": {...}} */
+static bool add_object(calls *cs, const json_t *o)
+{
+    const json_t *name = json_object_get(o, "name");
+    const json_t *args = json_object_get(o, "arguments");
+    if (args == NULL) args = json_object_get(o, "parameters");
+    if (!json_is_string(name)) return false;
+    return calls_add(cs, json_string_value(name), json_string_length(name), args);
+}
+
+static bool take_object_call(cursor *c, calls *cs)
+{
+    json_t *o = take_json(c);
+    bool ok = json_is_object(o) && add_object(cs, o);
+    json_decref(o);
+    return ok;
+}
+
+/* Each parser: the calls at the cursor (at the first marker) into cs, the
+ * cursor left after the last; false when one is malformed or cut short. */
+static bool parse_hermes(cursor *c, calls *cs)
+{
+    while (eat(c, HERMES_OPEN)) {
+        skip_ws(c);
+        if (!take_object_call(c, cs)) return false;
+        skip_ws(c);
+        if (!eat(c, HERMES_CLOSE)) return false;
+        size_t after = c->p;
+        skip_ws(c);
+        if (!at(c, HERMES_OPEN)) c->p = after;
+    }
+    return cs->n > 0;
+}
+
+static bool parse_llama3(cursor *c, calls *cs)
+{
+    eat(c, LLAMA3_TAG);
+    for (;;) {
+        skip_ws(c);
+        if (!take_object_call(c, cs)) return false;
+        skip_ws(c);
+        if (!eat(c, ";")) break;
+    }
+    /* the output is the calls and nothing else */
+    return c->p == c->n;
+}
+
+static bool parse_mistral(cursor *c, calls *cs)
+{
+    while (eat(c, MISTRAL_TAG)) {
+        skip_ws(c);
+        if (at(c, "[")) {
+            json_t *a = take_json(c);
+            bool ok = json_is_array(a) && json_array_size(a) > 0;
+            size_t i;
+            json_t *o;
+            json_array_foreach(a, i, o) {
+                if (ok && !(json_is_object(o) && add_object(cs, o))) ok = false;
+            }
+            json_decref(a);
+            if (!ok) return false;
+        } else {
+            /* name[ARGS]{...}; each call has its own [TOOL_CALLS] */
+            size_t k = find(c->s + c->p, c->n - c->p, MISTRAL_ARGS);
+            if (k == c->n - c->p) return false;
+            const char *name = c->s + c->p;
+            c->p += k + strlen(MISTRAL_ARGS);
+            skip_ws(c);
+            json_t *o = take_json(c);
+            bool ok = calls_add(cs, name, k, o);
+            json_decref(o);
+            if (!ok) return false;
+        }
+        size_t after = c->p;
+        skip_ws(c);
+        if (!at(c, MISTRAL_TAG)) c->p = after;
+    }
+    return cs->n > 0;
+}
+
+static bool parse_deepseek(cursor *c, calls *cs)
+{
+    if (!eat(c, DS_BEGIN)) return false;
+    skip_ws(c);
+    while (eat(c, DS_CALL)) {
+        size_t k = find(c->s + c->p, c->n - c->p, DS_SEP);
+        if (k == c->n - c->p) return false;
+        const char *head = c->s + c->p;
+        c->p += k + strlen(DS_SEP);
+        const char *name = head;
+        size_t n_name = k;
+        bool fenced = false;
+        if (k == 8 && memcmp(head, "function", 8) == 0) {
+            /* R1: function<sep>NAME\n```json\n{...}\n``` */
+            size_t nl = find(c->s + c->p, c->n - c->p, "\n");
+            if (nl == c->n - c->p) return false;
+            name = c->s + c->p;
+            n_name = nl;
+            c->p += nl;
+            skip_ws(c);
+            if (!eat(c, "```json")) return false;
+            fenced = true;
+        }
+        skip_ws(c);
+        json_t *o = take_json(c);
+        bool ok = calls_add(cs, name, n_name, o);
+        json_decref(o);
+        if (!ok) return false;
+        skip_ws(c);
+        if (fenced && !eat(c, "```")) return false;
+        skip_ws(c);
+        if (!eat(c, DS_CALL_END)) return false;
+        skip_ws(c);
+    }
+    return eat(c, DS_END) && cs->n > 0;
+}
+
+/* Where the calls begin (the marker), or n. */
+static size_t calls_start(tool_format f, const char *text, size_t n)
+{
+    switch (f) {
+    case TOOL_FORMAT_HERMES: return find(text, n, HERMES_OPEN);
+    case TOOL_FORMAT_MISTRAL: return find(text, n, MISTRAL_TAG);
+    case TOOL_FORMAT_DEEPSEEK: return find(text, n, DS_BEGIN);
+    case TOOL_FORMAT_LLAMA3: {
+        size_t tag = find(text, n, LLAMA3_TAG);
+        if (tag < n) return tag;
+        size_t i = 0;
+        while (i < n && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) i++;
+        return i < n && text[i] == '{' ? 0 : n;
+    }
+    default: return n;
+    }
+}
+
+int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out)
+{
+    memset(out, 0, sizeof(*out));
+    calls cs = {0};
+    size_t start = calls_start(f, text, n), end = n;
+    bool ok = false;
+    if (start < n) {
+        cursor c = {text, n, start};
+        switch (f) {
+        case TOOL_FORMAT_HERMES: ok = parse_hermes(&c, &cs); break;
+        case TOOL_FORMAT_LLAMA3: ok = parse_llama3(&c, &cs); break;
+        case TOOL_FORMAT_MISTRAL: ok = parse_mistral(&c, &cs); break;
+        case TOOL_FORMAT_DEEPSEEK: ok = parse_deepseek(&c, &cs); break;
+        default: break;
+        }
+        end = c.p;
+    }
+    if (cs.oom) {
+        calls_free(&cs);
+        return -1;
+    }
+    if (!ok) {
+        calls_free(&cs);
+        start = end = n;
+    }
+    /* content: before the calls, then what follows them unless it is blank */
+    size_t tail = end;
+    while (tail < n && (text[tail] == ' ' || text[tail] == '\n' || text[tail] == '\t' || text[tail] == '\r')) tail++;
+    if (tail == n) end = n;
+    size_t n_content = start + (n - end);
+    out->content = malloc(n_content + 1);
+    if (out->content == NULL) {
+        calls_free(&cs);
+        return -1;
+    }
+    memcpy(out->content, text, start);
+    memcpy(out->content + start, text + end, n - end);
+    out->content[n_content] = '\0';
+    out->n_content = n_content;
+    out->calls = cs.v;
+    out->n_calls = cs.n;
+    return 0;
+}
+
+void tool_parsed_free(tool_parsed *p)
+{
+    for (size_t i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+    }
+    free(p->calls);
+    free(p->content);
+    memset(p, 0, sizeof(*p));
+}
+
+static const char *marker_of(tool_format f)
+{
+    switch (f) {
+    case TOOL_FORMAT_HERMES: return HERMES_OPEN;
+    case TOOL_FORMAT_LLAMA3: return LLAMA3_TAG;
+    case TOOL_FORMAT_MISTRAL: return MISTRAL_TAG;
+    case TOOL_FORMAT_DEEPSEEK: return DS_BEGIN;
+    default: return NULL;
+    }
+}
+
+size_t tool_calls_text_prefix(tool_format f, const char *text, size_t n)
+{
+    const char *m = marker_of(f);
+    if (m == NULL) return n;
+    if (f == TOOL_FORMAT_LLAMA3) {
+        size_t i = 0;
+        while (i < n && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) i++;
+        if (i == n || text[i] == '{') return 0; /* may yet be a bare JSON call */
+    }
+    size_t at_m = find(text, n, m);
+    if (at_m < n) return at_m;
+    /* a tail that is the start of the marker is held */
+    size_t lm = strlen(m);
+    for (size_t k = lm - 1; k > 0; k--) {
+        if (k <= n && memcmp(text + n - k, m, k) == 0) return n - k;
+    }
+    return n;
+}
+
+/* --- grammar --- */
+
+/* Appends gbnf with every rule name prefixed by pre ("t3-"): names are the
+ * identifiers outside string literals, character classes and comments. */
+static int append_renamed(sbuf *b, const char *gbnf, const char *pre)
+{
+    size_t lp = strlen(pre);
+    int rc = 0;
+    for (const char *p = gbnf; *p && rc == 0;) {
+        const char *q = p;
+        if (*p == '"' || *p == '[') {
+            char close = *p == '"' ? '"' : ']';
+            q++;
+            while (*q && *q != close) q += q[0] == '\\' && q[1] ? 2 : 1;
+            if (*q) q++;
+        } else if (*p == '#') {
+            while (*q && *q != '\n') q++;
+        } else if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) {
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                   *q == '-' || *q == '_') {
+                q++;
+            }
+            rc = sbuf_append(b, pre, lp);
+        } else {
+            q++;
+        }
+        if (rc == 0) rc = sbuf_append(b, p, (size_t)(q - p));
+        p = q;
+    }
+    return rc;
+}
+
+/* A GBNF string literal of s (names are checked by the caller; the
+ * literals here hold only quotes, backslashes and newlines to escape). */
+static int append_lit(sbuf *b, const char *s)
+{
+    int rc = sbuf_append(b, "\"", 1);
+    for (; *s && rc == 0; s++) {
+        if (*s == '"') rc = sbuf_append(b, "\\\"", 2);
+        else if (*s == '\\') rc = sbuf_append(b, "\\\\", 2);
+        else if (*s == '\n') rc = sbuf_append(b, "\\n", 2);
+        else rc = sbuf_append(b, s, 1);
+    }
+    if (rc == 0) rc = sbuf_append(b, "\"", 1);
+    return rc;
+}
+
+/* The syntax of a list of calls: open, then calls separated by sep, then
+ * close; a call is before + name + mid + arguments + after. */
+typedef struct call_syntax {
+    const char *open, *sep, *close, *before, *mid, *after;
+} call_syntax;
+
+static const call_syntax k_syntax[] = {
+    [TOOL_FORMAT_HERMES] = {"", "\n", "", HERMES_OPEN "\n{\"name\": \"", "\", \"arguments\": ",
+                            "}\n" HERMES_CLOSE},
+    [TOOL_FORMAT_LLAMA3] = {"", "; ", "", "{\"name\": \"", "\", \"parameters\": ", "}"},
+    [TOOL_FORMAT_MISTRAL] = {MISTRAL_TAG "[", ", ", "]", "{\"name\": \"", "\", \"arguments\": ", "}"},
+    [TOOL_FORMAT_DEEPSEEK] = {DS_BEGIN, "\n", DS_END, DS_CALL "function" DS_SEP, "\n```json\n",
+                              "\n```" DS_CALL_END},
+};
+
+int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool parallel, char **out,
+                       strata_err *err)
+{
+    *out = NULL;
+    if (f == TOOL_FORMAT_UNSUPPORTED || f < 0 || n == 0) {
+        return strata_err_set(err, STRATA_EINVAL, "no call syntax to force for this model");
+    }
+    const call_syntax *sx = &k_syntax[f];
+    sbuf b = {0};
+    int rc = sbuf_append(&b, "root ::= ", 9);
+    if (rc == 0) rc = append_lit(&b, sx->open);
+    if (rc == 0) rc = sbuf_printf(&b, " call");
+    if (rc == 0 && parallel) {
+        rc = sbuf_append(&b, " (", 2);
+        if (rc == 0) rc = append_lit(&b, sx->sep);
+        if (rc == 0) rc = sbuf_append(&b, " call)*", 7);
+    }
+    if (rc == 0) rc = sbuf_append(&b, " ", 1);
+    if (rc == 0) rc = append_lit(&b, sx->close);
+    if (rc == 0) rc = sbuf_append(&b, "\ncall ::=", 9);
+    for (size_t i = 0; i < n && rc == 0; i++) rc = sbuf_printf(&b, "%s tool%zu", i ? " |" : "", i);
+    if (rc == 0) rc = sbuf_append(&b, "\n", 1);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!name_ok(tools[i].name, strlen(tools[i].name))) {
+            sbuf_free(&b);
+            return strata_err_set(err, STRATA_EINVAL, "tool %zu: bad function name", i);
+        }
+        char *g = NULL;
+        strata_err e2 = {0};
+        int r2 = tools[i].parameters != NULL ? json_schema_to_gbnf(tools[i].parameters, &g, &e2)
+                                             : ((g = json_schema_any_object_gbnf()) ? 0 : STRATA_ENOMEM);
+        if (r2 != 0) {
+            sbuf_free(&b);
+            if (r2 == STRATA_ENOMEM) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+            return strata_err_set(err, STRATA_EINVAL, "tool %zu (`%s`) parameters: %s", i,
+                                  tools[i].name, e2.msg);
+        }
+        char pre[32];
+        snprintf(pre, sizeof(pre), "t%zu-", i);
+        sbuf line = {0};
+        rc = sbuf_printf(&b, "tool%zu ::= ", i);
+        if (rc == 0) rc = sbuf_append(&line, sx->before, strlen(sx->before));
+        if (rc == 0) rc = sbuf_append(&line, tools[i].name, strlen(tools[i].name));
+        if (rc == 0) rc = sbuf_append(&line, sx->mid, strlen(sx->mid));
+        if (rc == 0) rc = append_lit(&b, line.data);
+        if (rc == 0) rc = sbuf_printf(&b, " %sroot ", pre);
+        if (rc == 0) rc = append_lit(&b, sx->after);
+        if (rc == 0) rc = sbuf_append(&b, "\n", 1);
+        if (rc == 0) rc = append_renamed(&b, g, pre);
+        if (rc == 0 && b.len > 0 && b.data[b.len - 1] != '\n') rc = sbuf_append(&b, "\n", 1);
+        sbuf_free(&line);
+        free(g);
+        if (rc == 0 && b.len > JSON_SCHEMA_MAX_GBNF * 4) {
+            sbuf_free(&b);
+            return strata_err_set(err, STRATA_EINVAL, "the tools' grammar is over %d bytes",
+                                  JSON_SCHEMA_MAX_GBNF * 4);
+        }
+    }
+    if (rc != 0) {
+        sbuf_free(&b);
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
+    *out = b.data;
+    return 0;
+}

@@ -1,0 +1,91 @@
+/* Tool calls in model output: which syntax a chat template's model writes
+ * calls in (detected from the template's text), the parser that turns a
+ * finished output into OpenAI's `tool_calls` plus the text around them,
+ * how much of a growing output is surely plain text (for streaming), and
+ * the GBNF that forces a call of declared functions in that syntax.
+ * Pure functions; the output parsed is untrusted (the model wrote it).
+ *
+ * Formats (the README's "Tool calls" has the template -> format table):
+ *   HERMES    <tool_call>{"name": N, "arguments": {...}}</tool_call>, one
+ *             or more (Hermes, Qwen 2.5/3, Granite 4, MiMo, ...; also the
+ *             fallback for a template with no known marker, ChatML included)
+ *   LLAMA3    the whole output one JSON object {"name": N, "parameters":
+ *             {...}} (several separated by ';'), or such objects after
+ *             <|python_tag|> (Llama 3.1/3.2/3.3)
+ *   MISTRAL   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...], or the
+ *             newer [TOOL_CALLS]N[ARGS]{...} repeated (Nemo, Small 3.2,
+ *             Devstral, Ministral 3)
+ *   DEEPSEEK  <｜tool▁calls▁begin｜> then calls <｜tool▁call▁begin｜>
+ *             [function<｜tool▁sep｜>N\n```json\n{...}\n``` | N<｜tool▁sep｜>{...}]
+ *             <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (R1, V3, V3.1)
+ * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
+ * name): Qwen3-Coder's XML (<function=...><parameter=...>), MiniMax's
+ * <invoke name=...>, GLM's
+ * <arg_key>/<arg_value>, Kimi K2's sections, gpt-oss's harmony channels. */
+#ifndef STRATA_SERVE_TOOL_CALLS_H
+#define STRATA_SERVE_TOOL_CALLS_H
+
+#include "base/err.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum tool_format {
+    TOOL_FORMAT_HERMES,
+    TOOL_FORMAT_LLAMA3,
+    TOOL_FORMAT_MISTRAL,
+    TOOL_FORMAT_DEEPSEEK,
+    TOOL_FORMAT_UNSUPPORTED,
+} tool_format;
+
+/* The format of the model whose chat template is tmpl (NUL-terminated;
+ * NULL: no template, ChatML). *family, when not NULL, gets a static name
+ * of the family ("hermes", "llama3", "mistral", "deepseek", "qwen3-xml",
+ * "glm", "kimi", "harmony", "minimax"). */
+tool_format tool_format_detect(const char *tmpl, const char **family);
+
+/* One parsed call. */
+typedef struct tool_call {
+    char *name;      /* malloc'd */
+    char *arguments; /* compact JSON text of an object, malloc'd */
+} tool_call;
+
+typedef struct tool_parsed {
+    char *content;   /* the text outside the calls, malloc'd, NUL-terminated */
+    size_t n_content;
+    tool_call *calls; /* (n_calls), malloc'd */
+    size_t n_calls;
+} tool_parsed;
+
+/* Parses a finished output text[0..n). When every call in it is well
+ * formed (a name and an argument object), calls holds them in order and
+ * content the text before the first call (plus any text after the last);
+ * otherwise (no call, or one cut short or malformed) no call and content is
+ * the whole text: model output never fails the request. 0, or -1 when
+ * memory ran out. Free with tool_parsed_free. */
+int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out);
+void tool_parsed_free(tool_parsed *p);
+
+/* How many bytes at the start of a growing output text[0..n) are surely
+ * plain text, whatever comes next: up to the first call marker, and short of
+ * a tail that could still become one (or, for LLAMA3, nothing while the
+ * output may be a bare JSON call). Streaming sends only those as content
+ * until the output ends. */
+size_t tool_calls_text_prefix(tool_format f, const char *text, size_t n);
+
+/* One declared function as the grammar sees it. */
+typedef struct tool_decl {
+    const char *name;
+    const json_t *parameters; /* a JSON Schema, or NULL: any object */
+} tool_decl;
+
+/* GBNF (start rule `root`) of one call, or with parallel one or more, of
+ * the declared tools[0..n) in format f, arguments valid against each
+ * tool's parameters (compiled by serve/json_schema.h). *out malloc'd.
+ * 0; STRATA_EINVAL with err naming the tool (its schema does not compile,
+ * or f is TOOL_FORMAT_UNSUPPORTED); STRATA_ENOMEM. */
+int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool parallel, char **out,
+                       strata_err *err);
+
+#endif
