@@ -1,0 +1,295 @@
+/* AVX-512 VNNI kernels of the x8 layouts (Q4_0, Q8_0, Q4_K; pack_internal.h
+ * has the layouts and the float steps every kernel follows).
+ *
+ * A 512-bit vector covers two groups: its low 256 bits are a code vector of
+ * group g (bytes 4r..4r+3 = row r's 4 elements), its high 256 bits the same
+ * code vector of group g + 1, so int32 lane r (r < 16) is row r of the pair
+ * and every activation operand is 4 bytes broadcast to all 16 lanes, one
+ * load with no shuffle. The two groups are two streams of the matrix
+ * (group_bytes apart); a pair call reads both at once. An odd last group
+ * runs alone in the low half (the high half is zero and never stored).
+ *
+ * The integer dot products are VPDPBUSD (int32 lane += sum of 4 unsigned x
+ * signed byte products), with no int16 step to bound; each kernel states
+ * why its int32 sums cannot overflow. They are the exact integers the
+ * scalar reference computes (only their order of addition differs, which
+ * is exact), and the float steps per (row, token) are the reference's in
+ * its order, on 16 lanes instead of 1: results are the same bits.
+ *
+ * Tokens: a call takes up to 8 (max_t); the codes of a block are unpacked
+ * once into 8 vectors and serve every token, each of which keeps one int32
+ * and one float accumulator: 8 + 2 * 8 of the 32 zmm registers.
+ *
+ * Compiled everywhere (per-function target attributes), run only when
+ * strata_cpu_level() says AVX512 (F, BW, VL and VNNI; base/cpu.h). */
+#include "tensor/fp16.h"
+#include "tensor/pack_internal.h"
+#include "tensor/vecdot_x86.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define X8_AVX512_ATTRS target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define X8_AVX512_TARGET __attribute__((X8_AVX512_ATTRS))
+#define X8_AVX512_INLINE static inline __attribute__((always_inline, X8_AVX512_ATTRS))
+
+#define X8_AVX512_MAX_T TENSOR_X8_AVX512_MAX_T
+
+/* 32 bytes at a (group g) in the low half, 32 at b (group g + 1) in the
+ * high half; NG == 1: the high half zero. */
+X8_AVX512_INLINE __m512i load_pair256(const void *a, const void *b, const int NG)
+{
+    const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)a));
+    if (NG == 1) return lo;
+    return _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* The 8 f16 scales at a and the 8 at b as 16 floats (lane r = row r). */
+X8_AVX512_INLINE __m512 load_scales(const uint16_t *a, const uint16_t *b, const int NG)
+{
+    __m256i h = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)a));
+    if (NG == 2) h = _mm256_inserti128_si256(h, _mm_loadu_si128((const __m128i *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* 4 bytes at p in every int32 lane. */
+X8_AVX512_INLINE __m512i bcast4_512(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Asks for every cache line of `bytes` at p + ahead. */
+X8_AVX512_INLINE void prefetch_lines(const void *p, size_t bytes, size_t ahead)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+}
+
+X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
+{
+    if (NG == 2)
+        _mm512_storeu_ps(y, v);
+    else
+        _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
+}
+
+/* ------------------------------------------------------------ Q4_0 */
+
+/* Codes stay unsigned (0..15), VPDPBUSD's unsigned operand; isum starts
+ * from the row's -8 * (sum of the activation codes), so it ends as the
+ * signed dot product sum (q - 8) * x. Bound: |isum| <= 32 * 15 * 128 +
+ * 8 * 32 * 128 < 2^17. */
+X8_AVX512_INLINE void q4_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q4_0x8 *b0 = w;
+    const block_q4_0x8 *b1 = (const block_q4_0x8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        prefetch_lines(&b0[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        /* c[2m]: elements 8m + e of the 16 rows, c[2m + 1]: 8m + 4 + e */
+        __m512i c[8];
+        for (int m = 0; m < 4; m++) {
+            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
+            c[2 * m] = _mm512_and_si512(q, m4);
+            c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            /* two chains, so that one token's sum is not 8 latencies long */
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ Q8_0 */
+
+/* VPDPBUSD wants one unsigned operand and both codes are signed (AVX-512
+ * has no byte sign-flip to use |w| as the AVX2 kernel does): the weight
+ * codes get 128 added (xor 0x80 maps -128..127 to 0..255), so each product
+ * is (w + 128) * x and isum starts from -128 * (sum of the activation
+ * codes), which the activation row holds per block. Bound: |isum| <=
+ * 32 * 255 * 128 + 128 * 32 * 128 < 2^21. */
+X8_AVX512_INLINE void q8_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q8_0x8 *b0 = w;
+    const block_q8_0x8 *b1 = (const block_q8_0x8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        prefetch_lines(&b0[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        /* c[j]: elements 4j..4j+3 of the 16 rows, plus 128 */
+        __m512i c[8];
+        for (int j = 0; j < 8; j++)
+            c[j] = _mm512_xor_si512(
+                load_pair256(b0[ib].qs + 32 * j, b1[ib].qs + 32 * j, NG), bias);
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ Q4_K */
+
+/* See pack_q4_k.c for the prefetch distance (two interleaved blocks). */
+#define Q4_KX8_PREFETCH (2 * sizeof(block_q4_kx8))
+
+/* Per super-block and sub-block s: part = row r's dot product of its 32
+ * codes (0..15) with the 32 activation codes of s, by 8 VPDPBUSD from
+ * zero: |part| <= 32 * 15 * 128 = 61440. isum += part * sc_s (an int32
+ * multiply; sc_s <= 63), so |isum| <= 8 * 63 * 61440 < 2^22 over the 8
+ * sub-blocks. The mins as in the AVX2 kernel: the activation row's bsums
+ * summed in pairs give the sub-block sums S_s (|S_s| <= 4096, int16), and
+ * madd of mn[16 p ..] widened to int16 with the word (S_2p, S_2p+1) gives
+ * lane r = mn_2p * S_2p + mn_2p+1 * S_2p+1. */
+X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q4_kx8 *b0 = w;
+    const block_q4_kx8 *b1 = (const block_q4_kx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q8_k *xb[X8_AVX512_MAX_T];
+        __m512i isum[X8_AVX512_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
+            prefetch_lines(q0, 128, Q4_KX8_PREFETCH);
+            if (NG == 2) prefetch_lines(q1, 128, Q4_KX8_PREFETCH);
+            /* lane r: sc[8 s + r] of its group */
+            __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * s));
+            if (NG == 2)
+                sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
+            const __m512i sc32 = _mm512_cvtepu8_epi32(sc8);
+            __m512i c[8];
+            for (int m = 0; m < 4; m++) {
+                const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+                c[2 * m] = _mm512_and_si512(q, m4);
+                c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                for (int j = 0; j < 8; j += 2) {
+                    p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
+                    p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
+                }
+                const __m512i part = _mm512_add_epi32(p0, p1);
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part, sc32));
+            }
+        }
+        __m512i mn16[4];
+        for (int p = 0; p < 4; p++) {
+            __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(b0[ib].mn + 16 * p)));
+            if (NG == 2)
+                m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(b1[ib].mn + 16 * p)), 1);
+            mn16[p] = _mm512_cvtepu8_epi16(m8);
+        }
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        const __m512 dmw = load_scales(b0[ib].dmin, b1[ib].dmin, NG);
+        for (int t = 0; t < NT; t++) {
+            /* S_0..S_7 as int16 in the low 128 bits */
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
+                                              _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
+            __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            const __m512 dx = _mm512_set1_ps(xb[t]->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+            /* fmaf(-(float)imin, dmin * dx, acc): negation is exact */
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmw, dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ entry points */
+
+/* One instantiation per (groups, tokens) shape: NG and NT are constants in
+ * each, so the accumulator arrays live in registers. */
+#define X8_AVX512_SET(t)                                                                      \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512(int64_t n, const void *w, const void *x,         \
+                                            size_t xs, float *y, size_t ys, int nt)           \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, 0, x, xs, y, ys, 1, 1); break;                                 \
+        case 2: t##_tile(n, w, 0, x, xs, y, ys, 1, 2); break;                                 \
+        case 3: t##_tile(n, w, 0, x, xs, y, ys, 1, 3); break;                                 \
+        case 4: t##_tile(n, w, 0, x, xs, y, ys, 1, 4); break;                                 \
+        case 5: t##_tile(n, w, 0, x, xs, y, ys, 1, 5); break;                                 \
+        case 6: t##_tile(n, w, 0, x, xs, y, ys, 1, 6); break;                                 \
+        case 7: t##_tile(n, w, 0, x, xs, y, ys, 1, 7); break;                                 \
+        default: t##_tile(n, w, 0, x, xs, y, ys, 1, 8); break;                                \
+        }                                                                                     \
+    }                                                                                         \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512_pair(int64_t n, const void *w, size_t gs,            \
+                                             const void *x, size_t xs, float *y, size_t ys,   \
+                                             int nt)                                          \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, gs, x, xs, y, ys, 2, 1); break;                                \
+        case 2: t##_tile(n, w, gs, x, xs, y, ys, 2, 2); break;                                \
+        case 3: t##_tile(n, w, gs, x, xs, y, ys, 2, 3); break;                                \
+        case 4: t##_tile(n, w, gs, x, xs, y, ys, 2, 4); break;                                \
+        case 5: t##_tile(n, w, gs, x, xs, y, ys, 2, 5); break;                                \
+        case 6: t##_tile(n, w, gs, x, xs, y, ys, 2, 6); break;                                \
+        case 7: t##_tile(n, w, gs, x, xs, y, ys, 2, 7); break;                                \
+        default: t##_tile(n, w, gs, x, xs, y, ys, 2, 8); break;                               \
+        }                                                                                     \
+    }
+
+X8_AVX512_SET(q4_0);
+X8_AVX512_SET(q8_0);
+X8_AVX512_SET(q4_k);
+
+_Static_assert(X8_AVX512_MAX_T <= TENSOR_X8_MAX_T, "the driver's token limit covers AVX-512's");
+
+#endif /* __x86_64__ */
