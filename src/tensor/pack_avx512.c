@@ -175,11 +175,14 @@ X8_AVX512_INLINE void q8_0_tile(int64_t n, const void *w, size_t gs, const void 
 /* See pack_q4_k.c for the prefetch distance (two interleaved blocks). */
 #define Q4_KX8_PREFETCH (2 * sizeof(block_q4_kx8))
 
-/* Per super-block and sub-block s: part = row r's dot product of its 32
- * codes (0..15) with the 32 activation codes of s, by 8 VPDPBUSD from
- * zero: |part| <= 32 * 15 * 128 = 61440. isum += part * sc_s (an int32
- * multiply; sc_s <= 63), so |isum| <= 8 * 63 * 61440 < 2^22 over the 8
- * sub-blocks. The mins as in the AVX2 kernel: the activation row's bsums
+/* Per super-block and sub-block s, row r's dot product of its 32 codes
+ * (0..15) with the 32 activation codes of s is taken in two halves by
+ * VPDPBUSD from zero: p0 over the low nibbles (elements 8m + e), p1 over
+ * the high ones (8m + 4 + e), 16 products each, so |p0|, |p1| <= 16 * 15 *
+ * 128 = 30720 fit int16. They become the int16 pair (p0, p1) of int32 lane
+ * r, and VPDPWSSD with the pair (sc_s, sc_s) adds sc_s * (p0 + p1) to isum
+ * (one instruction where an int32 multiply takes two); |isum| <= 8 * 63 *
+ * 61440 < 2^22 over the 8 sub-blocks. The mins as in the AVX2 kernel: the activation row's bsums
  * summed in pairs give the sub-block sums S_s (|S_s| <= 4096, int16), and
  * madd of mn[16 p ..] widened to int16 with the word (S_2p, S_2p+1) gives
  * lane r = mn_2p * S_2p + mn_2p+1 * S_2p+1. */
@@ -208,6 +211,7 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
             if (NG == 2)
                 sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
             const __m512i sc32 = _mm512_cvtepu8_epi32(sc8);
+            const __m512i sc16 = _mm512_or_si512(sc32, _mm512_slli_epi32(sc32, 16));
             __m512i c[8];
             for (int m = 0; m < 4; m++) {
                 const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
@@ -221,8 +225,8 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
                     p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
                     p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
                 }
-                const __m512i part = _mm512_add_epi32(p0, p1);
-                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part, sc32));
+                const __m512i pair = _mm512_mask_blend_epi16(0xaaaaaaaa, p0, _mm512_slli_epi32(p1, 16));
+                isum[t] = _mm512_dpwssd_epi32(isum[t], pair, sc16);
             }
         }
         __m512i mn16[4];
