@@ -381,7 +381,7 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         if (c.grain < 1) c.grain = 1;
     }
     atomic_init(&c.next_unit, 0);
-    quant_job qj = {tensor_x8_act_quant(type), x, n_cols, n_tok, scratch, c.xq_row_bytes};
+    quant_job qj = {tensor_x8_act_quant(type, level), x, n_cols, n_tok, scratch, c.xq_row_bytes};
     quantize_activations(pool, &qj);
     strata_pool_run(pool, x8_products, &c);
     return 0;

@@ -144,11 +144,24 @@ void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n)
     quantize_act_sums(x, dst, n, -128);
 }
 
-tensor_quant_fn tensor_x8_act_quant(uint32_t type)
+tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
 {
+#if defined(__x86_64__)
+    const bool avx512 = level >= STRATA_SIMD_AVX512;
+#else
+    const bool avx512 = false;
+    (void)level;
+#endif
     switch (type) {
+#if defined(__x86_64__)
+    case STRATA_TYPE_Q4_0:
+        return avx512 ? tensor_x8_q4_0_quantize_act_avx512 : tensor_x8_q4_0_quantize_act;
+    case STRATA_TYPE_Q8_0:
+        return avx512 ? tensor_x8_q8_0_quantize_act_avx512 : tensor_x8_q8_0_quantize_act;
+#else
     case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
     case STRATA_TYPE_Q8_0: return tensor_x8_q8_0_quantize_act;
+#endif
     case STRATA_TYPE_Q4_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
     default: return NULL;
     }

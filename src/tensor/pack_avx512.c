@@ -24,6 +24,7 @@
  * strata_cpu_level() says AVX512 (F, BW, VL and VNNI; base/cpu.h). */
 #include "tensor/fp16.h"
 #include "tensor/pack_internal.h"
+#include "tensor/quant_internal.h"
 #include "tensor/vecdot_x86.h"
 
 #if defined(__x86_64__)
@@ -253,6 +254,54 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
         }
     }
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ activations */
+
+/* The Q4_0 / Q8_0 activation row (pack_internal.h) with the bytes of the
+ * scalar quantizer (quantize.c's Q8_0 rule, then mult * the sum of the
+ * codes), 32 floats per block in two vectors:
+ *   amax: max of |x| from 0, NaN lanes dropped (VMAXPS returns its second
+ *     operand when the first is NaN, as the scalar `a > amax` skips NaN);
+ *     a maximum does not depend on the order it is taken in;
+ *   the f16 scale and its inverse by the same scalar code;
+ *   codes: x * (1 / d) clamped to [-127, 127], NaN to -127 (the same
+ *     operand rule; the scalar returns lo where !(v > lo)), then rounded
+ *     to nearest even, as the scalar rounding does. */
+X8_AVX512_INLINE void quantize_act_sums(const float *x, void *dst, int64_t n, int32_t mult)
+{
+    block_q8_0 *b = dst;
+    int32_t *sums = (int32_t *)((char *)dst + tensor_x8_sums_offset(n));
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, x += TENSOR_QK) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(v1), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        const uint16_t dh = tensor_q8_scale_f16(amax);
+        const float d = tensor_f16_to_f32(dh);
+        const __m512 id = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+        const __m512i q0 = _mm512_cvt_roundps_epi32(
+            _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, id), lo), hi),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i q1 = _mm512_cvt_roundps_epi32(
+            _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, id), lo), hi),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        b[ib].d = dh;
+        _mm_storeu_si128((__m128i *)b[ib].qs, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(b[ib].qs + 16), _mm512_cvtepi32_epi8(q1));
+        sums[ib] = mult * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
+X8_AVX512_TARGET void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -8);
+}
+
+X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -128);
 }
 
 /* ------------------------------------------------------------ entry points */

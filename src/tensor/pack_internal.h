@@ -139,6 +139,8 @@ void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
 TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
+void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
+void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
 
 /* The scalar references of the 32-element types (Q4_0, Q8_0, with Q8_0
@@ -162,9 +164,10 @@ const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_le
  * the weight codes unsigned (Q4_0's q, Q8_0's q + 128 at AVX-512) take
  * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
- * fills one from n floats (NULL for such a type). */
+ * fills one from n floats at `level` or the best one below it (NULL for
+ * such a type): every level writes the same bytes. */
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
-tensor_quant_fn tensor_x8_act_quant(uint32_t type);
+tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n);

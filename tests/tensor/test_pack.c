@@ -10,6 +10,8 @@
  *      2 threads and inside batches of 1, 3, 5 and 9 tokens; every level
  *      against the scalar level, bit for bit, for odd shapes and every
  *      batch size up to 2 tiles and a tail.
+ *      The activation rows' quantizers of every level write the scalar
+ *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE. */
 #include <setjmp.h>
@@ -303,6 +305,56 @@ static void test_kernels_vs_reference(void **state)
                strata_simd_level_name((enum strata_simd_level)l));
 }
 
+/* The activation rows at every level against the scalar level's bytes:
+ * random rows and blocks of special values (zeros, -0, NaN, infinities,
+ * values past f16's range, subnormals, exact ties x / d = k + 0.5). */
+static void test_act_quant_levels(void **state)
+{
+    (void)state;
+    strata_rng rng;
+    strata_rng_seed(&rng, 77);
+    const int64_t n = 32 * 24;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)strata_rng_normal(&rng) * 3.0f;
+    float *blk;
+    blk = x + 32 * 1; for (int i = 0; i < 32; i++) blk[i] = 0.0f;
+    blk = x + 32 * 2; for (int i = 0; i < 32; i++) blk[i] = -0.0f;
+    blk = x + 32 * 3; blk[5] = NAN; blk[9] = -NAN;
+    blk = x + 32 * 4; blk[0] = INFINITY;
+    blk = x + 32 * 5; blk[7] = -INFINITY; blk[8] = NAN;
+    blk = x + 32 * 6; for (int i = 0; i < 32; i++) blk[i] = (i & 1 ? -1e30f : 3e6f);
+    blk = x + 32 * 7; for (int i = 0; i < 32; i++) blk[i] = (float)(i - 16) * 1e-41f;
+    /* d = 1 (amax 127): codes x exactly, ties at k + 0.5 round to even */
+    blk = x + 32 * 8; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? 127.0f : (float)(i - 16) + 0.5f;
+    blk = x + 32 * 9; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? -127.0f : -(float)i - 0.5f;
+    blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
+    blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+    for (size_t ti = 0; ti < 3; ti++) {
+        const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
+        char *want = calloc(1, rb), *got = calloc(1, rb);
+        assert_non_null(want);
+        assert_non_null(got);
+        tensor_quant_fn ref = tensor_x8_act_quant(types[ti], STRATA_SIMD_SCALAR);
+        assert_non_null(ref);
+        ref(x, want, n);
+        for (int l = STRATA_SIMD_AVX2; l < n_levels(); l++) {
+            memset(got, 0xa5, rb);
+            tensor_x8_act_quant(types[ti], (enum strata_simd_level)l)(x, got, n);
+            for (size_t i = 0; i < rb; i++)
+                if (want[i] != got[i])
+                    fail_msg("%s activation row at %s: byte %zu is %d, scalar %d",
+                             strata_type_name(types[ti]),
+                             strata_simd_level_name((enum strata_simd_level)l), i, got[i],
+                             want[i]);
+        }
+        free(got);
+        free(want);
+    }
+    free(x);
+}
+
 /* ---------------------------------------------------- (b) matmul */
 
 /* Quantized weights of real-looking (normal) values. */
@@ -496,6 +548,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_kernels_vs_reference),
+        cmocka_unit_test(test_act_quant_levels),
         cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_matmul_levels),
     };
