@@ -48,10 +48,15 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_q4_kx8), TENSOR_QK_K, tensor_x8_pack_q4_k,
         {{.one = tensor_x8_q4_k_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_q4_k_avx2), AVX512(q4_k)}};
+    static const x8_type q6_k = {
+        sizeof(block_q6_kx8), TENSOR_QK_K, tensor_x8_pack_q6_k,
+        {{.one = tensor_x8_q6_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q6_k_avx2), AVX512(q6_k)}};
     switch (type) {
     case STRATA_TYPE_Q4_0: return &q4_0;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
+    case STRATA_TYPE_Q6_K: return &q6_k;
     default: return NULL;
     }
 }
@@ -117,7 +122,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
         return 0;
-    if (type == STRATA_TYPE_Q4_K) return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
+    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K)
+        return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
 
@@ -162,7 +168,8 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
     case STRATA_TYPE_Q8_0: return tensor_x8_q8_0_quantize_act;
 #endif
-    case STRATA_TYPE_Q4_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
+    case STRATA_TYPE_Q4_K:
+    case STRATA_TYPE_Q6_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
     default: return NULL;
     }
 }

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI kernels of the x8 layouts (Q4_0, Q8_0, Q4_K; pack_internal.h
+/* AVX-512 VNNI kernels of the x8 layouts (Q4_0, Q8_0, Q4_K, Q6_K; pack_internal.h
  * has the layouts and the float steps every kernel follows).
  *
  * A 512-bit vector covers two groups: its low 256 bits are a code vector of
@@ -256,6 +256,104 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
+/* ------------------------------------------------------------ Q6_K */
+
+#define Q6_KX8_PREFETCH (2 * sizeof(block_q6_kx8))
+
+/* The AVX2 kernel's sums (pack_q6_k.c has the bounds) on 16 rows:
+ * maddubs pairs of the 6-bit codes with the activations, two summed in
+ * int16, VPDPWSSD with the row's scale in both int16 lanes of int32 lane
+ * r; the offset of 32 through the bsums. */
+X8_AVX512_INLINE void q6_k_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q6_kx8 *b0 = w;
+    const block_q6_kx8 *b1 = (const block_q6_kx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i lo16 = _mm512_set1_epi32(0xffff);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q8_k *xb[X8_AVX512_MAX_T];
+        __m512i isum[X8_AVX512_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *ql0 = b0[ib].ql + 128 * s, *ql1 = b1[ib].ql + 128 * s;
+            const uint8_t *qh0 = b0[ib].qh + 64 * s, *qh1 = b1[ib].qh + 64 * s;
+            prefetch_lines(ql0, 128, Q6_KX8_PREFETCH);
+            prefetch_lines(qh0, 64, Q6_KX8_PREFETCH);
+            if (NG == 2) {
+                prefetch_lines(ql1, 128, Q6_KX8_PREFETCH);
+                prefetch_lines(qh1, 64, Q6_KX8_PREFETCH);
+            }
+            /* int16 lanes 2r, 2r+1: row r's scale of group 2s + k */
+            __m512i sc16[2];
+            for (int k = 0; k < 2; k++) {
+                const int g = 2 * s + k;
+                __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * g));
+                if (NG == 2)
+                    sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * g)));
+                const __m512i v = _mm512_cvtepi8_epi32(sc8);
+                sc16[k] = _mm512_or_si512(_mm512_and_si512(v, lo16), _mm512_slli_epi32(v, 16));
+            }
+            __m512i c[8];
+            for (int h = 0; h < 2; h++) {
+                const __m512i hb = load_pair256(qh0 + 32 * h, qh1 + 32 * h, NG);
+                const __m512i hbits[4] = {
+                    _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30),
+                    _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30),
+                    _mm512_and_si512(hb, m30),
+                    _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30)};
+                for (int mm = 0; mm < 2; mm++) {
+                    const int m = 2 * h + mm;
+                    const __m512i q = load_pair256(ql0 + 32 * m, ql1 + 32 * m, NG);
+                    c[2 * m] = _mm512_or_si512(_mm512_and_si512(q, m4), hbits[2 * mm]);
+                    c[2 * m + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                                   hbits[2 * mm + 1]);
+                }
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                for (int p = 0; p < 4; p++) {
+                    const __m512i s16 = _mm512_add_epi16(
+                        _mm512_maddubs_epi16(c[2 * p], bcast4_512(xq + 8 * p)),
+                        _mm512_maddubs_epi16(c[2 * p + 1], bcast4_512(xq + 8 * p + 4)));
+                    isum[t] = _mm512_dpwssd_epi32(isum[t], s16, sc16[p / 2]);
+                }
+            }
+        }
+        /* scales in pairs: int16 lanes 2r, 2r+1 = groups 2p, 2p+1 of row r */
+        __m512i scp[8];
+        for (int p = 0; p < 8; p++) {
+            const __m128i a = _mm_unpacklo_epi8(
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p)),
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p + 8)));
+            __m256i ab = _mm256_zextsi128_si256(a);
+            if (NG == 2)
+                ab = _mm256_inserti128_si256(
+                    ab,
+                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p)),
+                                      _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p + 8))),
+                    1);
+            scp[p] = _mm512_cvtepi8_epi16(ab);
+        }
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        for (int t = 0; t < NT; t++) {
+            __m512i off = _mm512_setzero_si512();
+            for (int p = 0; p < 8; p++)
+                off = _mm512_dpwssd_epi32(off, scp[p], bcast4_512(xb[t]->bsums + 2 * p));
+            const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
 /* ------------------------------------------------------------ activations */
 
 /* The Q4_0 / Q8_0 activation row (pack_internal.h) with the bytes of the
@@ -342,6 +440,7 @@ X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *d
 X8_AVX512_SET(q4_0);
 X8_AVX512_SET(q8_0);
 X8_AVX512_SET(q4_k);
+X8_AVX512_SET(q6_k);
 
 _Static_assert(X8_AVX512_MAX_T <= TENSOR_X8_MAX_T, "the driver's token limit covers AVX-512's");
 

@@ -22,6 +22,8 @@
  *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
+ *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
+ *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  * where d_r, dmin_r are the f16 scales widened to float and dx the
  * activation block's scale (f16 for Q8_0, float for Q8_K); the products
  * d_r * dx are rounded float multiplies. y = acc. Every kernel (scalar or
@@ -74,7 +76,26 @@ typedef struct block_q4_kx8 {
     uint8_t qs[1024];
 } block_q4_kx8;
 
+/* Q6_K x8: super-block b of rows 0..7 (8 sub-blocks s of 32 elements, 16
+ * scale groups g of 16).
+ *   d[r]: row r's f16 scale.
+ *   sc[8 g + r]: row r's int8 scale of elements 16 g .. 16 g + 15.
+ *   Code vector j = 0..7 of sub-block s holds in byte 4r + e row r's code
+ *   (0..63, value q - 32) of element 32 s + 8 (j / 2) + 4 (j % 2) + e:
+ *   ql[128 s + 32 m + 4 r + e]: low nibble = the low 4 bits of vector
+ *   j = 2m's code, high nibble = of vector 2m + 1's (as Q4_K's qs);
+ *   qh[64 s + 32 h + 4 r + e]: bits 2k, 2k + 1 = the high 2 bits of vector
+ *   j = 4h + k's code.
+ * w = d * sc_g * (q - 32), as in Q6_K. */
+typedef struct block_q6_kx8 {
+    uint16_t d[8];
+    int8_t sc[128];
+    uint8_t ql[1024];
+    uint8_t qh[512];
+} block_q6_kx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
+_Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
 
@@ -110,12 +131,15 @@ typedef bool (*tensor_x8_pack_fn)(const void *src, size_t src_row_bytes, int64_t
 bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 
 #if defined(__x86_64__)
@@ -125,6 +149,8 @@ void tensor_x8_q4_0_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
 void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
@@ -139,6 +165,7 @@ void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
 TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
+TENSOR_X8_AVX512_DECL(q6_k);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
@@ -157,7 +184,7 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K), except that
+ * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K and Q6_K), except that
  * a Q4_0 or Q8_0 row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0) or -128 (Q8_0). The kernels that keep

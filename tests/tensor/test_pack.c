@@ -42,12 +42,13 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                                   STRATA_TYPE_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static uint32_t act_type(uint32_t type)
 {
-    return type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
+    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
 }
 
 /* ---------------------------------------------------- the reference */
@@ -69,6 +70,25 @@ static void q4k_scale_min(const uint8_t *sc, int s, int *scale, int *min)
 static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n)
 {
     float acc = 0.0f;
+    if (type == STRATA_TYPE_Q6_K) {
+        const block_q6_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0;
+            for (int g = 0; g < 16; g++) {
+                int32_t dot = 0;
+                for (int i = 16 * g; i < 16 * g + 16; i++) {
+                    int h = i / 128, c = (i % 128) / 32, l = i % 32;
+                    uint8_t byte = w[ib].ql[64 * h + l + 32 * (c & 1)];
+                    int q = (c < 2 ? byte & 15 : byte >> 4) | ((w[ib].qh[32 * h + l] >> (2 * c)) & 3) << 4;
+                    dot += (q - 32) * x[ib].qs[i];
+                }
+                isum += w[ib].scales[g] * dot;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
     if (type == STRATA_TYPE_Q4_K) {
         const block_q4_k *w = row;
         const block_q8_k *x = xrow;
@@ -129,7 +149,12 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
     int64_t nb = (int64_t)(bytes / strata_type_row_bytes(type, tensor_x8_block_elems(type)));
     for (int64_t b = 0; b < nb; b++) {
         float dv = f == FILL_EXTREME ? 65504.0f : (float)(0.001 + strata_rng_uniform(rng) * 0.01);
-        if (type == STRATA_TYPE_Q4_K) {
+        if (type == STRATA_TYPE_Q6_K) {
+            block_q6_k *k = (block_q6_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            if (f == FILL_EXTREME)
+                for (int g = 0; g < 16; g++) k->scales[g] = g & 1 ? 127 : -128;
+        } else if (type == STRATA_TYPE_Q4_K) {
             block_q4_k *k = (block_q4_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
@@ -158,7 +183,7 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
     assert_non_null(a);
     for (int64_t t = 0; t < n_tok; t++) {
         char *row = a + (size_t)t * rb;
-        if (type == STRATA_TYPE_Q4_K) {
+        if (act_type(type) == STRATA_TYPE_Q8_K) {
             block_q8_k *x = (block_q8_k *)row;
             for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
                 x[ib].d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
@@ -331,7 +356,7 @@ static void test_act_quant_levels(void **state)
     blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
     blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
     const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
-    for (size_t ti = 0; ti < 3; ti++) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
         assert_non_null(want);
@@ -515,13 +540,15 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 0, 32));
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 48));   /* not whole blocks */
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));  /* no x8 layout */
     assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 8, 256), 0);
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q6_K | TENSOR_PACKED));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 8, 256), 0);
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_K | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];
