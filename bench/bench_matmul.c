@@ -10,10 +10,11 @@
  * "Q4_0x8" etc., for the matrix repacked as the model loader does.
  * Every figure is the median of several calls. Matrix x vector calls
  * rotate over enough copies of the weights to exceed the last-level cache,
- * so they read from memory as a model's decode step does.
+ * so they read from memory as a model's decode step does: the working set
+ * (of the read loop too) is 4 times the last-level cache, at least 1 GiB.
  *
  *   bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]
- *                [--threads 1,2] [--reps N] [--no-prefill]
+ *                [--threads 1,2] [--reps N] [--no-prefill] [--working-set MB]
  *
  * STRATA_CPU=scalar|avx2|avx512 caps the SIMD level (base/cpu.h). */
 #include "base/clock.h"
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -39,7 +41,21 @@ static const uint32_t k_types[] = {
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
-#define LLC_DEFEAT_BYTES ((size_t)384 << 20) /* > any last-level cache we expect */
+/* The working set of the read loop and of the decode calls: 4 times the
+ * last-level cache (so that almost every line comes from memory, as in a
+ * model's decode step, whose weights are many times the cache), and never
+ * below 1 GiB; --working-set MB overrides it. */
+#define WORKING_SET_MIN ((size_t)1 << 30)
+
+static size_t default_working_set(void)
+{
+    size_t ws = WORKING_SET_MIN;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc > 0 && (size_t)llc * 4 > ws) ws = (size_t)llc * 4;
+#endif
+    return ws;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -175,13 +191,14 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n_cols)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]\n"
-                    "                    [--threads 1,2] [--reps N] [--no-prefill]\n");
+                    "                    [--threads 1,2] [--reps N] [--no-prefill] [--working-set MB]\n");
 }
 
 int main(int argc, char **argv)
 {
     int64_t n_rows = 8192, n_cols = 2048, n_tok = 512;
     int threads[8] = {1, 2}, n_threads_list = 2, reps = 15, prefill = 1;
+    size_t working_set = default_working_set();
     bool want[STRATA_TYPE_COUNT];
     for (size_t i = 0; i < STRATA_TYPE_COUNT; i++) want[i] = false;
     for (size_t i = 0; i < N_TYPES; i++) want[k_types[i]] = true;
@@ -213,6 +230,14 @@ int main(int argc, char **argv)
             free(list);
             i++;
         } else if (!strcmp(a, "--no-prefill")) prefill = 0;
+        else if (!strcmp(a, "--working-set") && v) {
+            long long mb = atoll(argv[++i]);
+            if (mb < 1 || mb > (1 << 20)) {
+                usage();
+                return 2;
+            }
+            working_set = (size_t)mb << 20;
+        }
         else {
             usage();
             return 2;
@@ -242,7 +267,9 @@ int main(int argc, char **argv)
     }
 
     /* memory read bandwidth, per thread count */
-    size_t bw_bytes = (size_t)1 << 30;
+    printf("# working set of the read loop and the decode calls: %.0f MB\n",
+           (double)working_set / 1e6);
+    size_t bw_bytes = working_set;
     uint8_t *bw_buf = aligned_alloc(64, bw_bytes);
     if (!bw_buf) return 1;
     memset(bw_buf, 1, bw_bytes);
@@ -274,7 +301,7 @@ int main(int argc, char **argv)
         size_t rb = strata_type_row_bytes(type, n_cols);
         if (rb == 0) continue;
         size_t w_bytes = packed ? tensor_pack_bytes(type, n_rows, n_cols) : rb * (size_t)n_rows;
-        int n_copies = (int)((LLC_DEFEAT_BYTES + w_bytes - 1) / w_bytes);
+        int n_copies = (int)((working_set + w_bytes - 1) / w_bytes);
         if (n_copies < 2) n_copies = 2;
         char *w = aligned_alloc(64, (w_bytes * (size_t)n_copies + 63) / 64 * 64);
         if (!w) return 1;

@@ -278,10 +278,11 @@ static int mm_run(strata_pool *pool, const tensor_mm_kernels *k, uint32_t type, 
 }
 
 /* --- packed (x8) matrices: groups of 8 rows, one kernel call per group
- * and up to TENSOR_X8_MAX_T tokens --- */
+ * (or pair of groups, where the level has a pair kernel) and up to max_t
+ * tokens --- */
 
 typedef struct x8_ctx {
-    tensor_x8_fn k;
+    const tensor_x8_kernels *k;
     const char *w;
     size_t group_bytes;
     int64_t n_groups, n_cols, n_tok;
@@ -289,44 +290,58 @@ typedef struct x8_ctx {
     size_t xq_row_bytes;
     float *y;
     int64_t tok_chunk;
-    int64_t grain;           /* groups per claim when claiming (else 0) */
-    atomic_int_fast64_t next_group;
+    int64_t group_unit;      /* groups per unit of work: 2 with a pair kernel */
+    int64_t grain;           /* units per claim when claiming (else 0) */
+    atomic_int_fast64_t next_unit;
 } x8_ctx;
 
-/* Groups [g0, g1) for tokens [tc0, tc1). */
+/* Groups [g0, g1) for tokens [tc0, tc1): in pairs where the level has a
+ * pair kernel, the odd one left alone. */
 static void x8_groups(const x8_ctx *c, int64_t g0, int64_t g1, int64_t tc0, int64_t tc1)
 {
     const int64_t n_rows = c->n_groups * TENSOR_X8_ROWS;
-    for (int64_t g = g0; g < g1; g++) {
+    const int max_t = c->k->max_t;
+    for (int64_t g = g0; g < g1;) {
         const char *wg = c->w + (size_t)g * c->group_bytes;
-        for (int64_t t = tc0; t < tc1; t += TENSOR_X8_MAX_T) {
-            int nt = tc1 - t < TENSOR_X8_MAX_T ? (int)(tc1 - t) : TENSOR_X8_MAX_T;
-            c->k(c->n_cols, wg, c->xq + (size_t)t * c->xq_row_bytes, c->xq_row_bytes,
-                 c->y + t * n_rows + g * TENSOR_X8_ROWS, (size_t)n_rows, nt);
+        const bool pair = c->k->pair != NULL && g + 1 < g1;
+        for (int64_t t = tc0; t < tc1; t += max_t) {
+            int nt = tc1 - t < max_t ? (int)(tc1 - t) : max_t;
+            const char *xt = c->xq + (size_t)t * c->xq_row_bytes;
+            float *yt = c->y + t * n_rows + g * TENSOR_X8_ROWS;
+            if (pair)
+                c->k->pair(c->n_cols, wg, c->group_bytes, xt, c->xq_row_bytes, yt,
+                           (size_t)n_rows, nt);
+            else
+                c->k->one(c->n_cols, wg, xt, c->xq_row_bytes, yt, (size_t)n_rows, nt);
         }
+        g += pair ? 2 : 1;
     }
 }
 
 /* With one token chunk (decode, small batches) the threads claim runs of
- * groups from a shared counter, so a thread slowed by something else on its
+ * units from a shared counter, so a thread slowed by something else on its
  * CPU does not hold the others at the end; with several chunks each thread
  * keeps a fixed range, so that a chunk's activations stay in its L2 while
- * all its groups pass over them. Which thread computes a group changes no
- * result. */
+ * all its groups pass over them. Which thread computes a group, and whether
+ * it runs in a pair, changes no result. */
 static void x8_products(void *arg, int i_thread, int n_threads)
 {
     x8_ctx *c = arg;
+    const int64_t n_units = (c->n_groups + c->group_unit - 1) / c->group_unit;
     if (c->grain > 0) {
         for (;;) {
-            int64_t g0 = atomic_fetch_add_explicit(&c->next_group, c->grain, memory_order_relaxed);
-            if (g0 >= c->n_groups) break;
-            int64_t g1 = g0 + c->grain < c->n_groups ? g0 + c->grain : c->n_groups;
-            x8_groups(c, g0, g1, 0, c->n_tok);
+            int64_t u0 = atomic_fetch_add_explicit(&c->next_unit, c->grain, memory_order_relaxed);
+            if (u0 >= n_units) break;
+            int64_t u1 = u0 + c->grain < n_units ? u0 + c->grain : n_units;
+            int64_t g1 = u1 * c->group_unit < c->n_groups ? u1 * c->group_unit : c->n_groups;
+            x8_groups(c, u0 * c->group_unit, g1, 0, c->n_tok);
         }
         return;
     }
-    int64_t g0, g1;
-    strata_split_range(c->n_groups, i_thread, n_threads, &g0, &g1);
+    int64_t u0, u1;
+    strata_split_range(n_units, i_thread, n_threads, &u0, &u1);
+    int64_t g0 = u0 * c->group_unit;
+    int64_t g1 = u1 * c->group_unit < c->n_groups ? u1 * c->group_unit : c->n_groups;
     for (int64_t tc0 = 0; tc0 < c->n_tok; tc0 += c->tok_chunk) {
         int64_t tc1 = tc0 + c->tok_chunk < c->n_tok ? tc0 + c->tok_chunk : c->n_tok;
         x8_groups(c, g0, g1, tc0, tc1);
@@ -343,28 +358,30 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
     size_t bytes = tensor_pack_bytes(type, n_rows, n_cols);
     if (bytes == 0) return STRATA_EINVAL;
     if (w == NULL || x == NULL || y == NULL || scratch == NULL) return STRATA_EINVAL;
-    tensor_x8_fn k = NULL;
+    const tensor_x8_kernels *k = NULL;
     for (int l = (int)level; l >= STRATA_SIMD_SCALAR && k == NULL; l--)
-        k = tensor_x8_kernel_at(type, (enum strata_simd_level)l);
+        k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
     if (k == NULL) return STRATA_EUNSUPPORTED;
     x8_ctx c = {
         .k = k, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
         .n_tok = n_tok, .xq = scratch, .y = y,
         .xq_row_bytes = tensor_x8_act_row_bytes(type, n_cols),
+        .group_unit = k->pair != NULL ? 2 : 1,
     };
     c.group_bytes = bytes / (size_t)c.n_groups;
     int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);
-    chunk -= chunk % TENSOR_X8_MAX_T;
-    c.tok_chunk = chunk > TENSOR_X8_MAX_T ? chunk : TENSOR_X8_MAX_T;
+    chunk -= chunk % k->max_t;
+    c.tok_chunk = chunk > k->max_t ? chunk : k->max_t;
     const int n_threads = pool != NULL ? strata_pool_n_threads(pool) : 1;
     if (n_tok <= c.tok_chunk && n_threads > 1) {
         /* about 8 claims per thread: few enough that the counter costs
          * nothing, enough to even out a slow thread */
-        c.grain = c.n_groups / ((int64_t)n_threads * 8);
+        const int64_t n_units = (c.n_groups + c.group_unit - 1) / c.group_unit;
+        c.grain = n_units / ((int64_t)n_threads * 8);
         if (c.grain < 1) c.grain = 1;
     }
-    atomic_init(&c.next_group, 0);
-    quant_job qj = {tensor_x8_act_quant(type), x, n_cols, n_tok, scratch, c.xq_row_bytes};
+    atomic_init(&c.next_unit, 0);
+    quant_job qj = {tensor_x8_act_quant(type, level), x, n_cols, n_tok, scratch, c.xq_row_bytes};
     quantize_activations(pool, &qj);
     strata_pool_run(pool, x8_products, &c);
     return 0;

@@ -19,39 +19,53 @@ typedef struct x8_type {
     size_t block_bytes;            /* one interleaved block of 8 rows */
     int block_elems;               /* elements per source block */
     tensor_x8_pack_fn pack;
-    tensor_x8_fn k[3];             /* per enum strata_simd_level; NULL: none */
+    tensor_x8_kernels k[3];        /* per enum strata_simd_level; .one NULL: none */
 } x8_type;
 
 #if defined(__x86_64__)
-#define X86(p) (p)
+#define AVX2(f) {.one = (f), .max_t = 4}
+#define AVX512(t) \
+    {.one = tensor_x8_##t##_avx512, .pair = tensor_x8_##t##_avx512_pair, \
+     .max_t = TENSOR_X8_AVX512_MAX_T}
 #else
-#define X86(p) NULL
+#define AVX2(f) {0}
+#define AVX512(t) {0}
 #endif
 
+/* The scalar references take any nt up to TENSOR_X8_MAX_T; the AVX2
+ * kernels up to 4 (16 ymm registers), the AVX-512 ones their own. */
 static const x8_type *x8_lookup(uint32_t type)
 {
     static const x8_type q4_0 = {
         sizeof(block_q4_0x8), TENSOR_QK, tensor_x8_pack_q4_0,
-        {tensor_x8_q4_0_scalar, X86(tensor_x8_q4_0_avx2), NULL}};
+        {{.one = tensor_x8_q4_0_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q4_0_avx2), AVX512(q4_0)}};
     static const x8_type q8_0 = {
         sizeof(block_q8_0x8), TENSOR_QK, tensor_x8_pack_q8_0,
-        {tensor_x8_q8_0_scalar, X86(tensor_x8_q8_0_avx2), NULL}};
+        {{.one = tensor_x8_q8_0_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q8_0_avx2), AVX512(q8_0)}};
     static const x8_type q4_k = {
         sizeof(block_q4_kx8), TENSOR_QK_K, tensor_x8_pack_q4_k,
-        {tensor_x8_q4_k_scalar, X86(tensor_x8_q4_k_avx2), NULL}};
+        {{.one = tensor_x8_q4_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q4_k_avx2), AVX512(q4_k)}};
+    static const x8_type q6_k = {
+        sizeof(block_q6_kx8), TENSOR_QK_K, tensor_x8_pack_q6_k,
+        {{.one = tensor_x8_q6_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q6_k_avx2), AVX512(q6_k)}};
     switch (type) {
     case STRATA_TYPE_Q4_0: return &q4_0;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
+    case STRATA_TYPE_Q6_K: return &q6_k;
     default: return NULL;
     }
 }
 
-tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level)
+const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level)
 {
     const x8_type *t = x8_lookup(type);
     if (t == NULL || (int)level < STRATA_SIMD_SCALAR || level > STRATA_SIMD_AVX512) return NULL;
-    return t->k[level];
+    return t->k[level].one != NULL ? &t->k[level] : NULL;
 }
 
 size_t tensor_x8_block_bytes(uint32_t type)
@@ -99,20 +113,65 @@ int tensor_pack(uint32_t type, const void *src, int64_t n_rows, int64_t n_cols, 
     return 0;
 }
 
+size_t tensor_x8_sums_offset(int64_t n)
+{
+    return ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
+}
+
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
         return 0;
-    if (type == STRATA_TYPE_Q4_0) return tensor_x8_q4_0_act_row_bytes(n);
-    return strata_type_row_bytes(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0,
-                                 n);
+    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K)
+        return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
+    return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
 
-tensor_quant_fn tensor_x8_act_quant(uint32_t type)
+/* A Q8_0 row, then per block mult * (sum of its codes). */
+static void quantize_act_sums(const float *x, void *dst, int64_t n, int32_t mult)
 {
-    if (tensor_x8_block_elems(type) == 0) return NULL;
-    if (type == STRATA_TYPE_Q4_0) return tensor_x8_q4_0_quantize_act;
-    return tensor_get_quant(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0);
+    tensor_get_quant(STRATA_TYPE_Q8_0)(x, dst, n);
+    const block_q8_0 *b = dst;
+    int32_t *sums = (int32_t *)((char *)dst + tensor_x8_sums_offset(n));
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        int32_t s = 0;
+        for (int i = 0; i < TENSOR_QK; i++) s += b[ib].qs[i];
+        sums[ib] = mult * s;
+    }
+}
+
+void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -8);
+}
+
+void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -128);
+}
+
+tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
+{
+#if defined(__x86_64__)
+    const bool avx512 = level >= STRATA_SIMD_AVX512;
+#else
+    const bool avx512 = false;
+    (void)level;
+#endif
+    switch (type) {
+#if defined(__x86_64__)
+    case STRATA_TYPE_Q4_0:
+        return avx512 ? tensor_x8_q4_0_quantize_act_avx512 : tensor_x8_q4_0_quantize_act;
+    case STRATA_TYPE_Q8_0:
+        return avx512 ? tensor_x8_q8_0_quantize_act_avx512 : tensor_x8_q8_0_quantize_act;
+#else
+    case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
+    case STRATA_TYPE_Q8_0: return tensor_x8_q8_0_quantize_act;
+#endif
+    case STRATA_TYPE_Q4_K:
+    case STRATA_TYPE_Q6_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
+    default: return NULL;
+    }
 }
 
 void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_isum32_fn isum,

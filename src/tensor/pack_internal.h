@@ -22,6 +22,8 @@
  *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
+ *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
+ *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  * where d_r, dmin_r are the f16 scales widened to float and dx the
  * activation block's scale (f16 for Q8_0, float for Q8_K); the products
  * d_r * dx are rounded float multiplies. y = acc. Every kernel (scalar or
@@ -74,19 +76,52 @@ typedef struct block_q4_kx8 {
     uint8_t qs[1024];
 } block_q4_kx8;
 
+/* Q6_K x8: super-block b of rows 0..7 (8 sub-blocks s of 32 elements, 16
+ * scale groups g of 16).
+ *   d[r]: row r's f16 scale.
+ *   sc[8 g + r]: row r's int8 scale of elements 16 g .. 16 g + 15.
+ *   Code vector j = 0..7 of sub-block s holds in byte 4r + e row r's code
+ *   (0..63, value q - 32) of element 32 s + 8 (j / 2) + 4 (j % 2) + e:
+ *   ql[128 s + 32 m + 4 r + e]: low nibble = the low 4 bits of vector
+ *   j = 2m's code, high nibble = of vector 2m + 1's (as Q4_K's qs);
+ *   qh[64 s + 32 h + 4 r + e]: bits 2k, 2k + 1 = the high 2 bits of vector
+ *   j = 4h + k's code.
+ * w = d * sc_g * (q - 32), as in Q6_K. */
+typedef struct block_q6_kx8 {
+    uint16_t d[8];
+    int8_t sc[128];
+    uint8_t ql[1024];
+    uint8_t qh[512];
+} block_q6_kx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
+_Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
 
-/* Most tokens one kernel call takes. */
-#define TENSOR_X8_MAX_T 4
+/* Most tokens one kernel call takes, at any level (a level's own limit is
+ * tensor_x8_kernels.max_t). */
+#define TENSOR_X8_MAX_T 8
 
-/* One group (8 rows) x nt tokens, 1 <= nt <= TENSOR_X8_MAX_T:
+/* One group (8 rows) x nt tokens, 1 <= nt <= the level's max_t:
  *   y[t * ys + r] = dot(row r of the group, token t)   (r < 8, t < nt)
  * n: elements per row; w: the group's first interleaved block; x: token 0's
  * activation row (the type's vec_dot_type), tokens xs bytes apart. */
 typedef void (*tensor_x8_fn)(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
+
+/* Two consecutive groups (16 rows) x nt tokens: as tensor_x8_fn with w the
+ * first group, the second gs bytes after it, and r < 16. Every pair gets
+ * the same bits as from two one-group calls. */
+typedef void (*tensor_x8_pair_fn)(int64_t n, const void *w, size_t gs, const void *x,
+                                  size_t xs, float *y, size_t ys, int nt);
+
+/* A level's kernels for one type. */
+typedef struct tensor_x8_kernels {
+    tensor_x8_fn one;
+    tensor_x8_pair_fn pair;  /* NULL: the level has only `one` */
+    int max_t;               /* most tokens per call, <= TENSOR_X8_MAX_T */
+} tensor_x8_kernels;
 
 /* Packs 8 source rows (GGUF layout, src_row_bytes apart, n elements each)
  * into one group at dst. False when a value does not fit the layout. */
@@ -96,12 +131,15 @@ typedef bool (*tensor_x8_pack_fn)(const void *src, size_t src_row_bytes, int64_t
 bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 
 #if defined(__x86_64__)
@@ -112,6 +150,24 @@ void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
                          size_t ys, int nt);
 void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
+void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+
+/* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
+ * strata_cpu_level() says AVX512. One group and pairs, up to
+ * TENSOR_X8_AVX512_MAX_T tokens. */
+#define TENSOR_X8_AVX512_MAX_T 8
+#define TENSOR_X8_AVX512_DECL(t)                                                             \
+    void tensor_x8_##t##_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y, \
+                                size_t ys, int nt);                                          \
+    void tensor_x8_##t##_avx512_pair(int64_t n, const void *w, size_t gs, const void *x,      \
+                                     size_t xs, float *y, size_t ys, int nt)
+TENSOR_X8_AVX512_DECL(q4_0);
+TENSOR_X8_AVX512_DECL(q8_0);
+TENSOR_X8_AVX512_DECL(q4_k);
+TENSOR_X8_AVX512_DECL(q6_k);
+void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
+void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
 
 /* The scalar references of the 32-element types (Q4_0, Q8_0, with Q8_0
@@ -123,21 +179,25 @@ typedef int32_t (*tensor_x8_isum32_fn)(const void *block, int r, const int8_t *x
 void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_isum32_fn isum,
                         const void *x, size_t xs, float *y, size_t ys, int nt);
 
-/* The x8 kernel for a plain type at exactly `level` (no fallback), or NULL.
- * For tests and benchmarks; tensor_matmul uses the process's level. */
-tensor_x8_fn tensor_x8_kernel_at(uint32_t type, enum strata_simd_level level);
+/* The x8 kernels for a plain type at exactly `level` (no fallback), or
+ * NULL. For tests and benchmarks; tensor_matmul uses the process's level. */
+const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K), except that
- * Q4_0's row is followed, from the next 4-byte boundary, by one int32 per
- * block: -8 times the sum of the block's activation codes (the kernels
- * take the -8 of each weight code off with it). Bytes per row of n
+ * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K and Q6_K), except that
+ * a Q4_0 or Q8_0 row is followed, from the next 4-byte boundary
+ * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
+ * activation codes times -8 (Q4_0) or -128 (Q8_0). The kernels that keep
+ * the weight codes unsigned (Q4_0's q, Q8_0's q + 128 at AVX-512) take
+ * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
- * fills one from n floats (NULL for such a type). */
+ * fills one from n floats at `level` or the best one below it (NULL for
+ * such a type): every level writes the same bytes. */
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
-tensor_quant_fn tensor_x8_act_quant(uint32_t type);
-size_t tensor_x8_q4_0_act_row_bytes(int64_t n);
+tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
+size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
+void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n);
 
 /* Bytes of one interleaved block of 8 rows, and elements per source block;
  * 0 for a type without an x8 layout. */

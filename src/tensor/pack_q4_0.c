@@ -4,7 +4,8 @@
  * The codes stay unsigned (0..15) so that they can be maddubs's unsigned
  * operand directly; the -8 of each code is taken off once per block and
  * token as -8 * (sum of the activation codes), a sum the quantizer of the
- * activation row stores after the Q8_0 blocks (tensor_x8_act_row_bytes). */
+ * activation row stores after the Q8_0 blocks (tensor_x8_act_row_bytes,
+ * filled in pack.c). */
 #include "tensor/fp16.h"
 #include "tensor/pack_internal.h"
 #include "tensor/quant.h"
@@ -41,30 +42,6 @@ bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void 
     return true;
 }
 
-/* The activation row: n / 32 Q8_0 blocks, then (4-byte aligned) one int32
- * per block: -8 times the sum of its codes. */
-static size_t q8_0_bytes(int64_t n)
-{
-    return ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
-}
-
-size_t tensor_x8_q4_0_act_row_bytes(int64_t n)
-{
-    return q8_0_bytes(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
-}
-
-void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n)
-{
-    tensor_get_quant(STRATA_TYPE_Q8_0)(x, dst, n);
-    const block_q8_0 *b = dst;
-    int32_t *corr = (int32_t *)((char *)dst + q8_0_bytes(n));
-    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
-        int32_t s = 0;
-        for (int i = 0; i < TENSOR_QK; i++) s += b[ib].qs[i];
-        corr[ib] = -8 * s;
-    }
-}
-
 static int32_t q4_0x8_isum(const void *block, int r, const int8_t *xq)
 {
     const block_q4_0x8 *b = block;
@@ -93,7 +70,7 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
 {
     const block_q4_0x8 *wb = w;
     const int64_t nb = n / TENSOR_QK;
-    const size_t corr_off = q8_0_bytes(n);
+    const size_t corr_off = tensor_x8_sums_offset(n);
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();

@@ -164,6 +164,12 @@ void tensor_search_affine(const float *x, const float *w, int n, int nmax, int m
 /* The level index (into the IQ4_NL table) nearest to v. */
 int tensor_iq4_nearest(float v);
 
+/* The f16 scale of a Q8_0 block whose largest |x| is amax (quantize.c):
+ * amax / 127 rounded to f16 and raised one step where that rounding went
+ * down so far that amax would not fit 127 codes. Shared with the SIMD
+ * activation quantizers, which must give the same bytes. */
+uint16_t tensor_q8_scale_f16(float amax);
+
 /* The code of the ladder level nearest z: for uniform ladders the integer
  * level itself (-n_down..n_up), for table ladders the table index. */
 static inline int tensor_ladder_nearest(const tensor_ladder *lad, float z)

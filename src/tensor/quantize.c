@@ -167,7 +167,7 @@ void tensor_quant_row_iq4_nl(const float *src, void *dst, int64_t n)
  * reach +-127: amax / 127, rounded to f16 and bumped up one f16 step where
  * rounding (only in the f16 subnormal range) went down so far that amax
  * would no longer round to 127. */
-static uint16_t q8_scale_f16(float amax)
+uint16_t tensor_q8_scale_f16(float amax)
 {
     uint16_t dh = tensor_f32_to_f16_sat(amax / 127.0f);
     float d = tensor_f16_to_f32(dh);
@@ -203,7 +203,7 @@ void tensor_quant_row_q8_0(const float *src, void *dst, int64_t n)
 {
     block_q8_0 *b = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, b++, src += TENSOR_QK) {
-        b->d = q8_scale_f16(amax32(src, TENSOR_QK));
+        b->d = tensor_q8_scale_f16(amax32(src, TENSOR_QK));
         q8_codes(src, tensor_f16_to_f32(b->d), b->qs, TENSOR_QK);
     }
 }
@@ -212,7 +212,7 @@ void tensor_quant_row_q8_1(const float *src, void *dst, int64_t n)
 {
     block_q8_1 *b = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, b++, src += TENSOR_QK) {
-        b->d = q8_scale_f16(amax32(src, TENSOR_QK));
+        b->d = tensor_q8_scale_f16(amax32(src, TENSOR_QK));
         float d = tensor_f16_to_f32(b->d);
         int sum = q8_codes(src, d, b->qs, TENSOR_QK);
         /* s = sum of the decoded values, exact before the f16 rounding;

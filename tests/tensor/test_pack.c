@@ -7,7 +7,11 @@
  *      scales, activation codes of -128 where the type allows them).
  *  (b) tensor_matmul of the packed matrix against the unpacked one (close:
  *      only the float rounding order differs) and bit-identical with 1 and
- *      2 threads and inside batches of 1, 3, 5 and 9 tokens.
+ *      2 threads and inside batches of 1, 3, 5 and 9 tokens; every level
+ *      against the scalar level, bit for bit, for odd shapes and every
+ *      batch size up to 2 tiles and a tail.
+ *      The activation rows' quantizers of every level write the scalar
+ *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE. */
 #include <setjmp.h>
@@ -24,6 +28,7 @@
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
+#include "tensor/matmul_kernels.h"
 #include "tensor/pack.h"
 #include "tensor/pack_internal.h"
 #include "tensor/quant.h"
@@ -37,12 +42,13 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                                   STRATA_TYPE_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static uint32_t act_type(uint32_t type)
 {
-    return type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
+    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
 }
 
 /* ---------------------------------------------------- the reference */
@@ -64,6 +70,25 @@ static void q4k_scale_min(const uint8_t *sc, int s, int *scale, int *min)
 static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n)
 {
     float acc = 0.0f;
+    if (type == STRATA_TYPE_Q6_K) {
+        const block_q6_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0;
+            for (int g = 0; g < 16; g++) {
+                int32_t dot = 0;
+                for (int i = 16 * g; i < 16 * g + 16; i++) {
+                    int h = i / 128, c = (i % 128) / 32, l = i % 32;
+                    uint8_t byte = w[ib].ql[64 * h + l + 32 * (c & 1)];
+                    int q = (c < 2 ? byte & 15 : byte >> 4) | ((w[ib].qh[32 * h + l] >> (2 * c)) & 3) << 4;
+                    dot += (q - 32) * x[ib].qs[i];
+                }
+                isum += w[ib].scales[g] * dot;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
     if (type == STRATA_TYPE_Q4_K) {
         const block_q4_k *w = row;
         const block_q8_k *x = xrow;
@@ -124,7 +149,12 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
     int64_t nb = (int64_t)(bytes / strata_type_row_bytes(type, tensor_x8_block_elems(type)));
     for (int64_t b = 0; b < nb; b++) {
         float dv = f == FILL_EXTREME ? 65504.0f : (float)(0.001 + strata_rng_uniform(rng) * 0.01);
-        if (type == STRATA_TYPE_Q4_K) {
+        if (type == STRATA_TYPE_Q6_K) {
+            block_q6_k *k = (block_q6_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            if (f == FILL_EXTREME)
+                for (int g = 0; g < 16; g++) k->scales[g] = g & 1 ? 127 : -128;
+        } else if (type == STRATA_TYPE_Q4_K) {
             block_q4_k *k = (block_q4_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
@@ -153,7 +183,7 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
     assert_non_null(a);
     for (int64_t t = 0; t < n_tok; t++) {
         char *row = a + (size_t)t * rb;
-        if (type == STRATA_TYPE_Q4_K) {
+        if (act_type(type) == STRATA_TYPE_Q8_K) {
             block_q8_k *x = (block_q8_k *)row;
             for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
                 x[ib].d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
@@ -174,15 +204,15 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
                     x[ib].qs[i] = (int8_t)v;
                 }
             }
-            if (type == STRATA_TYPE_Q4_0) {
-                /* the int32 sums after the blocks (pack_internal.h) */
-                size_t off = ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
-                for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
-                    int32_t s = 0;
-                    for (int i = 0; i < TENSOR_QK; i++) s += x[ib].qs[i];
-                    s *= -8;
-                    memcpy(row + off + 4 * (size_t)ib, &s, 4);
-                }
+            /* the int32 sums after the blocks (pack_internal.h) */
+            const int32_t mult = type == STRATA_TYPE_Q4_0 ? -8 : -128;
+            size_t off = ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
+            assert_int_equal(off, tensor_x8_sums_offset(n));
+            for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+                int32_t s = 0;
+                for (int i = 0; i < TENSOR_QK; i++) s += x[ib].qs[i];
+                s *= mult;
+                memcpy(row + off + 4 * (size_t)ib, &s, 4);
             }
         }
     }
@@ -212,11 +242,33 @@ static int n_levels(void)
     return (int)strata_cpu_level_max(strata_cpu_get()) + 1;
 }
 
+/* Fails unless y[t * ys + r] (t < nt, r < n_r) is the reference of row
+ * row0 + r of w with token t0 + t. */
+static void check_block(uint32_t type, const char *what, int level, enum fill wf, int nt,
+                        const void *w, size_t row_bytes, int64_t row0, int n_r, const char *x,
+                        size_t xs, int64_t t0, int64_t n, const float *y, size_t ys)
+{
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < n_r; r++) {
+            const char *row = (const char *)w + (size_t)(row0 + r) * row_bytes;
+            float want = ref_dot(type, row, x + (size_t)(t0 + t) * xs, n);
+            float got = y[(size_t)t * ys + (size_t)r];
+            if (!same_bits(got, want))
+                fail_msg("%s %s level %s fill %d nt %d row %lld token %lld: %.9g, reference %.9g",
+                         strata_type_name(type), what,
+                         strata_simd_level_name((enum strata_simd_level)level), (int)wf, nt,
+                         (long long)(row0 + r), (long long)(t0 + t), (double)got, (double)want);
+        }
+}
+
+/* Three groups, so that pair kernels run on both adjacent pairs and a
+ * one-group kernel on every group; every nt the level takes, at every
+ * token offset. */
 static void check_kernels(uint32_t type, int64_t n, enum fill wf, bool x_extreme, uint64_t seed)
 {
     strata_rng rng;
     strata_rng_seed(&rng, seed);
-    const int64_t n_rows = 16, n_tok = TENSOR_X8_MAX_T + 1;
+    const int64_t n_rows = 24, n_tok = TENSOR_X8_MAX_T + 1;
     size_t row_bytes = strata_type_row_bytes(type, n);
     void *w = malloc(row_bytes * (size_t)n_rows);
     assert_non_null(w);
@@ -228,28 +280,30 @@ static void check_kernels(uint32_t type, int64_t n, enum fill wf, bool x_extreme
 
     int checked = 0;
     for (int l = 0; l < n_levels(); l++) {
-        tensor_x8_fn k = tensor_x8_kernel_at(type, (enum strata_simd_level)l);
+        const tensor_x8_kernels *k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
         if (k == NULL) continue;
-        for (int nt = 1; nt <= TENSOR_X8_MAX_T; nt++)
-            for (int64_t g = 0; g < n_rows / 8; g++)
-                for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+        assert_true(k->max_t >= 1 && k->max_t <= TENSOR_X8_MAX_T);
+        for (int nt = 1; nt <= k->max_t; nt++)
+            for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+                const char *xt = x + (size_t)t0 * xs;
+                for (int64_t g = 0; g < n_rows / 8; g++) {
                     float y[TENSOR_X8_MAX_T * 8];
-                    k(n, (const char *)p + (size_t)g * group_bytes, x + (size_t)t0 * xs, xs, y, 8,
-                      nt);
-                    for (int t = 0; t < nt; t++)
-                        for (int r = 0; r < 8; r++) {
-                            const char *row = (const char *)w + (size_t)(8 * g + r) * row_bytes;
-                            float want = ref_dot(type, row, x + (size_t)(t0 + t) * xs, n);
-                            if (!same_bits(y[t * 8 + r], want))
-                                fail_msg("%s level %s fill %d nt %d group %lld token %lld row %d: "
-                                         "%.9g, reference %.9g",
-                                         strata_type_name(type),
-                                         strata_simd_level_name((enum strata_simd_level)l), (int)wf,
-                                         nt, (long long)g, (long long)(t0 + t), r,
-                                         (double)y[t * 8 + r], (double)want);
-                        }
+                    k->one(n, (const char *)p + (size_t)g * group_bytes, xt, xs, y, 8, nt);
+                    check_block(type, "one", l, wf, nt, w, row_bytes, 8 * g, 8, x, xs, t0, n, y,
+                                8);
+                    checked++;
+                    if (k->pair == NULL || g + 1 >= n_rows / 8) continue;
+                    float y2[TENSOR_X8_MAX_T * 16 + 16];
+                    /* ys of 17: the kernel writes 16 rows and leaves the gap */
+                    for (size_t i = 0; i < sizeof y2 / sizeof y2[0]; i++) y2[i] = -1.0f;
+                    k->pair(n, (const char *)p + (size_t)g * group_bytes, group_bytes, xt, xs, y2,
+                            17, nt);
+                    check_block(type, "pair", l, wf, nt, w, row_bytes, 8 * g, 16, x, xs, t0, n,
+                                y2, 17);
+                    for (int t = 0; t < nt; t++) assert_true(y2[17 * t + 16] == -1.0f);
                     checked++;
                 }
+            }
     }
     assert_true(checked > 0);
     free(x);
@@ -271,9 +325,59 @@ static void test_kernels_vs_reference(void **state)
             check_kernels(type, be * nb, FILL_RANDOM, true, 15 + i);
         }
     }
-    if (n_levels() <= STRATA_SIMD_AVX2)
-        printf("# x8 kernels above %s skipped: this CPU cannot run them\n",
-               strata_simd_level_name((enum strata_simd_level)(n_levels() - 1)));
+    for (int l = n_levels(); l <= STRATA_SIMD_AVX512; l++)
+        printf("# x8 kernels at %s skipped: this CPU cannot run them\n",
+               strata_simd_level_name((enum strata_simd_level)l));
+}
+
+/* The activation rows at every level against the scalar level's bytes:
+ * random rows and blocks of special values (zeros, -0, NaN, infinities,
+ * values past f16's range, subnormals, exact ties x / d = k + 0.5). */
+static void test_act_quant_levels(void **state)
+{
+    (void)state;
+    strata_rng rng;
+    strata_rng_seed(&rng, 77);
+    const int64_t n = 32 * 24;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)strata_rng_normal(&rng) * 3.0f;
+    float *blk;
+    blk = x + 32 * 1; for (int i = 0; i < 32; i++) blk[i] = 0.0f;
+    blk = x + 32 * 2; for (int i = 0; i < 32; i++) blk[i] = -0.0f;
+    blk = x + 32 * 3; blk[5] = NAN; blk[9] = -NAN;
+    blk = x + 32 * 4; blk[0] = INFINITY;
+    blk = x + 32 * 5; blk[7] = -INFINITY; blk[8] = NAN;
+    blk = x + 32 * 6; for (int i = 0; i < 32; i++) blk[i] = (i & 1 ? -1e30f : 3e6f);
+    blk = x + 32 * 7; for (int i = 0; i < 32; i++) blk[i] = (float)(i - 16) * 1e-41f;
+    /* d = 1 (amax 127): codes x exactly, ties at k + 0.5 round to even */
+    blk = x + 32 * 8; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? 127.0f : (float)(i - 16) + 0.5f;
+    blk = x + 32 * 9; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? -127.0f : -(float)i - 0.5f;
+    blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
+    blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
+        char *want = calloc(1, rb), *got = calloc(1, rb);
+        assert_non_null(want);
+        assert_non_null(got);
+        tensor_quant_fn ref = tensor_x8_act_quant(types[ti], STRATA_SIMD_SCALAR);
+        assert_non_null(ref);
+        ref(x, want, n);
+        for (int l = STRATA_SIMD_AVX2; l < n_levels(); l++) {
+            memset(got, 0xa5, rb);
+            tensor_x8_act_quant(types[ti], (enum strata_simd_level)l)(x, got, n);
+            for (size_t i = 0; i < rb; i++)
+                if (want[i] != got[i])
+                    fail_msg("%s activation row at %s: byte %zu is %d, scalar %d",
+                             strata_type_name(types[ti]),
+                             strata_simd_level_name((enum strata_simd_level)l), i, got[i],
+                             want[i]);
+        }
+        free(got);
+        free(want);
+    }
+    free(x);
 }
 
 /* ---------------------------------------------------- (b) matmul */
@@ -363,6 +467,68 @@ static void test_matmul_packed(void **state)
     strata_pool_free(pool2);
 }
 
+/* Every level this CPU runs against the scalar level, through
+ * tensor_matmul_at_level: odd group counts (pairs and a lone group), odd
+ * block counts, every batch size 1..n_tok (tails of every length beside
+ * whole tiles), 1 and 2 threads. Bit-exact. */
+static void test_matmul_levels(void **state)
+{
+    (void)state;
+    strata_pool *pool2 = strata_pool_new(2);
+    assert_non_null(pool2);
+    const int64_t shapes[][2] = {{8, 1}, {24, 3}, {40, 1}, {56, 5}};
+    const int64_t n_tok = 2 * TENSOR_X8_MAX_T + 3;
+    for (size_t i = 0; i < N_TYPES; i++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            uint32_t type = k_types[i];
+            strata_rng rng;
+            strata_rng_seed(&rng, 200 + 7 * i + si);
+            const int64_t n_rows = shapes[si][0], n = shapes[si][1] * tensor_x8_block_elems(type);
+            void *w = random_matrix(type, n_rows, n, &rng);
+            void *p = pack_new(type, w, n_rows, n);
+            float *x = malloc(sizeof(float) * (size_t)(n * n_tok));
+            assert_non_null(x);
+            for (int64_t j = 0; j < n * n_tok; j++) x[j] = (float)strata_rng_normal(&rng);
+            const uint32_t pt = type | TENSOR_PACKED;
+            void *scratch = malloc(tensor_matmul_scratch_bytes(pt, n, n_tok));
+            float *want = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
+            float *y = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
+            assert_non_null(scratch);
+            assert_non_null(want);
+            assert_non_null(y);
+            assert_int_equal(tensor_matmul_at_level(NULL, STRATA_SIMD_SCALAR, pt, p, n_rows, n, x,
+                                                    n_tok, want, scratch),
+                             0);
+            for (int l = STRATA_SIMD_AVX2; l < n_levels(); l++)
+                for (int64_t nt = 1; nt <= n_tok; nt++)
+                    for (int th = 0; th < 2; th++) {
+                        memset(y, 0, sizeof(float) * (size_t)(n_rows * nt));
+                        assert_int_equal(tensor_matmul_at_level(th ? pool2 : NULL,
+                                                                (enum strata_simd_level)l, pt, p,
+                                                                n_rows, n, x, nt, y, scratch),
+                                         0);
+                        for (int64_t j = 0; j < n_rows * nt; j++)
+                            if (!same_bits(y[j], want[j]))
+                                fail_msg("%s x8 %lldx%lld level %s, %lld tokens, %d thread(s): "
+                                         "row %lld token %lld %.9g, scalar %.9g",
+                                         strata_type_name(type), (long long)n_rows, (long long)n,
+                                         strata_simd_level_name((enum strata_simd_level)l),
+                                         (long long)nt, th + 1, (long long)(j % n_rows),
+                                         (long long)(j / n_rows), (double)y[j], (double)want[j]);
+                    }
+            free(y);
+            free(want);
+            free(scratch);
+            free(x);
+            free(p);
+            free(w);
+        }
+    for (int l = n_levels(); l <= STRATA_SIMD_AVX512; l++)
+        printf("# packed matmul at %s skipped: this CPU cannot run it\n",
+               strata_simd_level_name((enum strata_simd_level)l));
+    strata_pool_free(pool2);
+}
+
 /* ---------------------------------------------------- (c) API */
 
 static void test_api(void **state)
@@ -374,13 +540,15 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 0, 32));
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 48));   /* not whole blocks */
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));  /* no x8 layout */
     assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 8, 256), 0);
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q6_K | TENSOR_PACKED));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 8, 256), 0);
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_K | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];
@@ -407,7 +575,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_kernels_vs_reference),
+        cmocka_unit_test(test_act_quant_levels),
         cmocka_unit_test(test_matmul_packed),
+        cmocka_unit_test(test_matmul_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

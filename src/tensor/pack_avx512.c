@@ -1,0 +1,447 @@
+/* AVX-512 VNNI kernels of the x8 layouts (Q4_0, Q8_0, Q4_K, Q6_K; pack_internal.h
+ * has the layouts and the float steps every kernel follows).
+ *
+ * A 512-bit vector covers two groups: its low 256 bits are a code vector of
+ * group g (bytes 4r..4r+3 = row r's 4 elements), its high 256 bits the same
+ * code vector of group g + 1, so int32 lane r (r < 16) is row r of the pair
+ * and every activation operand is 4 bytes broadcast to all 16 lanes, one
+ * load with no shuffle. The two groups are two streams of the matrix
+ * (group_bytes apart); a pair call reads both at once. An odd last group
+ * runs alone in the low half (the high half is zero and never stored).
+ *
+ * The integer dot products are VPDPBUSD (int32 lane += sum of 4 unsigned x
+ * signed byte products), with no int16 step to bound; each kernel states
+ * why its int32 sums cannot overflow. They are the exact integers the
+ * scalar reference computes (only their order of addition differs, which
+ * is exact), and the float steps per (row, token) are the reference's in
+ * its order, on 16 lanes instead of 1: results are the same bits.
+ *
+ * Tokens: a call takes up to 8 (max_t); the codes of a block are unpacked
+ * once into 8 vectors and serve every token, each of which keeps one int32
+ * and one float accumulator: 8 + 2 * 8 of the 32 zmm registers.
+ *
+ * Compiled everywhere (per-function target attributes), run only when
+ * strata_cpu_level() says AVX512 (F, BW, VL and VNNI; base/cpu.h). */
+#include "tensor/fp16.h"
+#include "tensor/pack_internal.h"
+#include "tensor/quant_internal.h"
+#include "tensor/vecdot_x86.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define X8_AVX512_ATTRS target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define X8_AVX512_TARGET __attribute__((X8_AVX512_ATTRS))
+#define X8_AVX512_INLINE static inline __attribute__((always_inline, X8_AVX512_ATTRS))
+
+#define X8_AVX512_MAX_T TENSOR_X8_AVX512_MAX_T
+
+/* 32 bytes at a (group g) in the low half, 32 at b (group g + 1) in the
+ * high half; NG == 1: the high half zero. */
+X8_AVX512_INLINE __m512i load_pair256(const void *a, const void *b, const int NG)
+{
+    const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)a));
+    if (NG == 1) return lo;
+    return _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* The 8 f16 scales at a and the 8 at b as 16 floats (lane r = row r). */
+X8_AVX512_INLINE __m512 load_scales(const uint16_t *a, const uint16_t *b, const int NG)
+{
+    __m256i h = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)a));
+    if (NG == 2) h = _mm256_inserti128_si256(h, _mm_loadu_si128((const __m128i *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* 4 bytes at p in every int32 lane. */
+X8_AVX512_INLINE __m512i bcast4_512(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Asks for every cache line of `bytes` at p + ahead. */
+X8_AVX512_INLINE void prefetch_lines(const void *p, size_t bytes, size_t ahead)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+}
+
+X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
+{
+    if (NG == 2)
+        _mm512_storeu_ps(y, v);
+    else
+        _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
+}
+
+/* ------------------------------------------------------------ Q4_0 */
+
+/* Codes stay unsigned (0..15), VPDPBUSD's unsigned operand; isum starts
+ * from the row's -8 * (sum of the activation codes), so it ends as the
+ * signed dot product sum (q - 8) * x. Bound: |isum| <= 32 * 15 * 128 +
+ * 8 * 32 * 128 < 2^17. */
+X8_AVX512_INLINE void q4_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q4_0x8 *b0 = w;
+    const block_q4_0x8 *b1 = (const block_q4_0x8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        prefetch_lines(&b0[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        /* c[2m]: elements 8m + e of the 16 rows, c[2m + 1]: 8m + 4 + e */
+        __m512i c[8];
+        for (int m = 0; m < 4; m++) {
+            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
+            c[2 * m] = _mm512_and_si512(q, m4);
+            c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            /* two chains, so that one token's sum is not 8 latencies long */
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ Q8_0 */
+
+/* VPDPBUSD wants one unsigned operand and both codes are signed (AVX-512
+ * has no byte sign-flip to use |w| as the AVX2 kernel does): the weight
+ * codes get 128 added (xor 0x80 maps -128..127 to 0..255), so each product
+ * is (w + 128) * x and isum starts from -128 * (sum of the activation
+ * codes), which the activation row holds per block. Bound: |isum| <=
+ * 32 * 255 * 128 + 128 * 32 * 128 < 2^21. */
+X8_AVX512_INLINE void q8_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q8_0x8 *b0 = w;
+    const block_q8_0x8 *b1 = (const block_q8_0x8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        prefetch_lines(&b0[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        /* c[j]: elements 4j..4j+3 of the 16 rows, plus 128 */
+        __m512i c[8];
+        for (int j = 0; j < 8; j++)
+            c[j] = _mm512_xor_si512(
+                load_pair256(b0[ib].qs + 32 * j, b1[ib].qs + 32 * j, NG), bias);
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ Q4_K */
+
+/* See pack_q4_k.c for the prefetch distance (two interleaved blocks). */
+#define Q4_KX8_PREFETCH (2 * sizeof(block_q4_kx8))
+
+/* Per super-block and sub-block s, row r's dot product of its 32 codes
+ * (0..15) with the 32 activation codes of s is taken in two halves by
+ * VPDPBUSD from zero: p0 over the low nibbles (elements 8m + e), p1 over
+ * the high ones (8m + 4 + e), 16 products each, so |p0|, |p1| <= 16 * 15 *
+ * 128 = 30720 fit int16. They become the int16 pair (p0, p1) of int32 lane
+ * r, and VPDPWSSD with the pair (sc_s, sc_s) adds sc_s * (p0 + p1) to isum
+ * (one instruction where an int32 multiply takes two); |isum| <= 8 * 63 *
+ * 61440 < 2^22 over the 8 sub-blocks. The mins as in the AVX2 kernel: the activation row's bsums
+ * summed in pairs give the sub-block sums S_s (|S_s| <= 4096, int16), and
+ * madd of mn[16 p ..] widened to int16 with the word (S_2p, S_2p+1) gives
+ * lane r = mn_2p * S_2p + mn_2p+1 * S_2p+1. */
+X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q4_kx8 *b0 = w;
+    const block_q4_kx8 *b1 = (const block_q4_kx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q8_k *xb[X8_AVX512_MAX_T];
+        __m512i isum[X8_AVX512_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
+            prefetch_lines(q0, 128, Q4_KX8_PREFETCH);
+            if (NG == 2) prefetch_lines(q1, 128, Q4_KX8_PREFETCH);
+            /* lane r: sc[8 s + r] of its group */
+            __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * s));
+            if (NG == 2)
+                sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
+            const __m512i sc32 = _mm512_cvtepu8_epi32(sc8);
+            const __m512i sc16 = _mm512_or_si512(sc32, _mm512_slli_epi32(sc32, 16));
+            __m512i c[8];
+            for (int m = 0; m < 4; m++) {
+                const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+                c[2 * m] = _mm512_and_si512(q, m4);
+                c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                for (int j = 0; j < 8; j += 2) {
+                    p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
+                    p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
+                }
+                const __m512i pair = _mm512_mask_blend_epi16(0xaaaaaaaa, p0, _mm512_slli_epi32(p1, 16));
+                isum[t] = _mm512_dpwssd_epi32(isum[t], pair, sc16);
+            }
+        }
+        __m512i mn16[4];
+        for (int p = 0; p < 4; p++) {
+            __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(b0[ib].mn + 16 * p)));
+            if (NG == 2)
+                m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(b1[ib].mn + 16 * p)), 1);
+            mn16[p] = _mm512_cvtepu8_epi16(m8);
+        }
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        const __m512 dmw = load_scales(b0[ib].dmin, b1[ib].dmin, NG);
+        for (int t = 0; t < NT; t++) {
+            /* S_0..S_7 as int16 in the low 128 bits */
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
+                                              _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
+            __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            const __m512 dx = _mm512_set1_ps(xb[t]->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+            /* fmaf(-(float)imin, dmin * dx, acc): negation is exact */
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmw, dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ Q6_K */
+
+#define Q6_KX8_PREFETCH (2 * sizeof(block_q6_kx8))
+
+/* The AVX2 kernel's sums (pack_q6_k.c has the bounds) on 16 rows:
+ * maddubs pairs of the 6-bit codes with the activations, two summed in
+ * int16, VPDPWSSD with the row's scale in both int16 lanes of int32 lane
+ * r; the offset of 32 through the bsums. */
+X8_AVX512_INLINE void q6_k_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, const int NG, const int NT)
+{
+    const block_q6_kx8 *b0 = w;
+    const block_q6_kx8 *b1 = (const block_q6_kx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i lo16 = _mm512_set1_epi32(0xffff);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q8_k *xb[X8_AVX512_MAX_T];
+        __m512i isum[X8_AVX512_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *ql0 = b0[ib].ql + 128 * s, *ql1 = b1[ib].ql + 128 * s;
+            const uint8_t *qh0 = b0[ib].qh + 64 * s, *qh1 = b1[ib].qh + 64 * s;
+            prefetch_lines(ql0, 128, Q6_KX8_PREFETCH);
+            prefetch_lines(qh0, 64, Q6_KX8_PREFETCH);
+            if (NG == 2) {
+                prefetch_lines(ql1, 128, Q6_KX8_PREFETCH);
+                prefetch_lines(qh1, 64, Q6_KX8_PREFETCH);
+            }
+            /* int16 lanes 2r, 2r+1: row r's scale of group 2s + k */
+            __m512i sc16[2];
+            for (int k = 0; k < 2; k++) {
+                const int g = 2 * s + k;
+                __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * g));
+                if (NG == 2)
+                    sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * g)));
+                const __m512i v = _mm512_cvtepi8_epi32(sc8);
+                sc16[k] = _mm512_or_si512(_mm512_and_si512(v, lo16), _mm512_slli_epi32(v, 16));
+            }
+            __m512i c[8];
+            for (int h = 0; h < 2; h++) {
+                const __m512i hb = load_pair256(qh0 + 32 * h, qh1 + 32 * h, NG);
+                const __m512i hbits[4] = {
+                    _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30),
+                    _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30),
+                    _mm512_and_si512(hb, m30),
+                    _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30)};
+                for (int mm = 0; mm < 2; mm++) {
+                    const int m = 2 * h + mm;
+                    const __m512i q = load_pair256(ql0 + 32 * m, ql1 + 32 * m, NG);
+                    c[2 * m] = _mm512_or_si512(_mm512_and_si512(q, m4), hbits[2 * mm]);
+                    c[2 * m + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                                   hbits[2 * mm + 1]);
+                }
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                for (int p = 0; p < 4; p++) {
+                    const __m512i s16 = _mm512_add_epi16(
+                        _mm512_maddubs_epi16(c[2 * p], bcast4_512(xq + 8 * p)),
+                        _mm512_maddubs_epi16(c[2 * p + 1], bcast4_512(xq + 8 * p + 4)));
+                    isum[t] = _mm512_dpwssd_epi32(isum[t], s16, sc16[p / 2]);
+                }
+            }
+        }
+        /* scales in pairs: int16 lanes 2r, 2r+1 = groups 2p, 2p+1 of row r */
+        __m512i scp[8];
+        for (int p = 0; p < 8; p++) {
+            const __m128i a = _mm_unpacklo_epi8(
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p)),
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p + 8)));
+            __m256i ab = _mm256_zextsi128_si256(a);
+            if (NG == 2)
+                ab = _mm256_inserti128_si256(
+                    ab,
+                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p)),
+                                      _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p + 8))),
+                    1);
+            scp[p] = _mm512_cvtepi8_epi16(ab);
+        }
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        for (int t = 0; t < NT; t++) {
+            __m512i off = _mm512_setzero_si512();
+            for (int p = 0; p < 8; p++)
+                off = _mm512_dpwssd_epi32(off, scp[p], bcast4_512(xb[t]->bsums + 2 * p));
+            const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* ------------------------------------------------------------ activations */
+
+/* The Q4_0 / Q8_0 activation row (pack_internal.h) with the bytes of the
+ * scalar quantizer (quantize.c's Q8_0 rule, then mult * the sum of the
+ * codes), 32 floats per block in two vectors:
+ *   amax: max of |x| from 0, NaN lanes dropped (VMAXPS returns its second
+ *     operand when the first is NaN, as the scalar `a > amax` skips NaN);
+ *     a maximum does not depend on the order it is taken in;
+ *   the f16 scale and its inverse by the same scalar code;
+ *   codes: x * (1 / d) clamped to [-127, 127], NaN to -127 (the same
+ *     operand rule; the scalar returns lo where !(v > lo)), then rounded
+ *     to nearest even, as the scalar rounding does. */
+X8_AVX512_INLINE void quantize_act_sums(const float *x, void *dst, int64_t n, int32_t mult)
+{
+    block_q8_0 *b = dst;
+    int32_t *sums = (int32_t *)((char *)dst + tensor_x8_sums_offset(n));
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, x += TENSOR_QK) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(v1), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        const uint16_t dh = tensor_q8_scale_f16(amax);
+        const float d = tensor_f16_to_f32(dh);
+        const __m512 id = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+        const __m512i q0 = _mm512_cvt_roundps_epi32(
+            _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, id), lo), hi),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i q1 = _mm512_cvt_roundps_epi32(
+            _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, id), lo), hi),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        b[ib].d = dh;
+        _mm_storeu_si128((__m128i *)b[ib].qs, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(b[ib].qs + 16), _mm512_cvtepi32_epi8(q1));
+        sums[ib] = mult * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
+X8_AVX512_TARGET void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -8);
+}
+
+X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -128);
+}
+
+/* ------------------------------------------------------------ entry points */
+
+/* One instantiation per (groups, tokens) shape: NG and NT are constants in
+ * each, so the accumulator arrays live in registers. */
+#define X8_AVX512_SET(t)                                                                      \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512(int64_t n, const void *w, const void *x,         \
+                                            size_t xs, float *y, size_t ys, int nt)           \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, 0, x, xs, y, ys, 1, 1); break;                                 \
+        case 2: t##_tile(n, w, 0, x, xs, y, ys, 1, 2); break;                                 \
+        case 3: t##_tile(n, w, 0, x, xs, y, ys, 1, 3); break;                                 \
+        case 4: t##_tile(n, w, 0, x, xs, y, ys, 1, 4); break;                                 \
+        case 5: t##_tile(n, w, 0, x, xs, y, ys, 1, 5); break;                                 \
+        case 6: t##_tile(n, w, 0, x, xs, y, ys, 1, 6); break;                                 \
+        case 7: t##_tile(n, w, 0, x, xs, y, ys, 1, 7); break;                                 \
+        default: t##_tile(n, w, 0, x, xs, y, ys, 1, 8); break;                                \
+        }                                                                                     \
+    }                                                                                         \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512_pair(int64_t n, const void *w, size_t gs,            \
+                                             const void *x, size_t xs, float *y, size_t ys,   \
+                                             int nt)                                          \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, gs, x, xs, y, ys, 2, 1); break;                                \
+        case 2: t##_tile(n, w, gs, x, xs, y, ys, 2, 2); break;                                \
+        case 3: t##_tile(n, w, gs, x, xs, y, ys, 2, 3); break;                                \
+        case 4: t##_tile(n, w, gs, x, xs, y, ys, 2, 4); break;                                \
+        case 5: t##_tile(n, w, gs, x, xs, y, ys, 2, 5); break;                                \
+        case 6: t##_tile(n, w, gs, x, xs, y, ys, 2, 6); break;                                \
+        case 7: t##_tile(n, w, gs, x, xs, y, ys, 2, 7); break;                                \
+        default: t##_tile(n, w, gs, x, xs, y, ys, 2, 8); break;                               \
+        }                                                                                     \
+    }
+
+X8_AVX512_SET(q4_0);
+X8_AVX512_SET(q8_0);
+X8_AVX512_SET(q4_k);
+X8_AVX512_SET(q6_k);
+
+_Static_assert(X8_AVX512_MAX_T <= TENSOR_X8_MAX_T, "the driver's token limit covers AVX-512's");
+
+#endif /* __x86_64__ */
