@@ -1,7 +1,7 @@
 /* One row of a packed (x8) matrix back in its GGUF layout (pack.h).
  *
  * Packing permutes bytes (and, for Q4_K, spreads the 12 bytes of 6-bit
- * scales over bytes), so a row comes back exactly: the blocks rebuilt here
+ * scales over bytes; Q6_K's codes are only regrouped), so a row comes back exactly: the blocks rebuilt here
  * equal the file's, and dequantizing them gives the file's floats. Used
  * for lookups into a matrix whose file pages were given back, such as the
  * token embeddings of a model whose output matrix is that table. */
@@ -73,6 +73,37 @@ static void row_q4_k(const block_q4_kx8 *g, int64_t nb, int r, block_q4_k *out)
     }
 }
 
+static void row_q6_k(const block_q6_kx8 *g, int64_t nb, int r, block_q6_k *out)
+{
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q6_kx8 *b = &g[ib];
+        block_q6_k *o = &out[ib];
+        o->d = b->d[r];
+        for (int k = 0; k < 16; k++) o->scales[k] = b->sc[8 * k + r];
+        uint8_t q[TENSOR_QK_K];
+        /* vector j of sub-block s, byte e: element 32 s + 8 (j / 2) +
+         * 4 (j % 2) + e; its low 4 bits in ql's nibble j % 2 of vector
+         * pair j / 2, its high 2 in bits 2 (j % 4) of qh's vector j / 4 */
+        for (int s = 0; s < 8; s++)
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++) {
+                    int lo = (b->ql[128 * s + 32 * (j / 2) + 4 * r + e] >> (4 * (j % 2))) & 15;
+                    int hi = (b->qh[64 * s + 32 * (j / 4) + 4 * r + e] >> (2 * (j % 4))) & 3;
+                    q[32 * s + 8 * (j / 2) + 4 * (j % 2) + e] = (uint8_t)(lo | hi << 4);
+                }
+        /* GGUF (blocks.h): element i, h = i / 128, c = (i % 128) / 32,
+         * l = i % 32: low 4 bits in ql[64 h + l + 32 (c & 1)] (low nibble
+         * for c < 2), high 2 in bits 2c of qh[32 h + l] */
+        memset(o->ql, 0, sizeof(o->ql));
+        memset(o->qh, 0, sizeof(o->qh));
+        for (int i = 0; i < TENSOR_QK_K; i++) {
+            int h = i / 128, c = (i % 128) / 32, l = i % 32;
+            o->ql[64 * h + l + 32 * (c & 1)] |= (uint8_t)((q[i] & 15) << (c < 2 ? 0 : 4));
+            o->qh[32 * h + l] |= (uint8_t)((q[i] >> 4) << (2 * c));
+        }
+    }
+}
+
 bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t n_cols,
                      int64_t row, void *dst)
 {
@@ -84,6 +115,7 @@ bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t 
     case STRATA_TYPE_Q4_0: row_q4_0((const void *)g, n_cols / TENSOR_QK, r, dst); return true;
     case STRATA_TYPE_Q8_0: row_q8_0((const void *)g, n_cols / TENSOR_QK, r, dst); return true;
     case STRATA_TYPE_Q4_K: row_q4_k((const void *)g, n_cols / TENSOR_QK_K, r, dst); return true;
+    case STRATA_TYPE_Q6_K: row_q6_k((const void *)g, n_cols / TENSOR_QK_K, r, dst); return true;
     default: return false;
     }
 }

@@ -60,6 +60,8 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q8_0, 8, 2048, 4);
     roundtrip(STRATA_TYPE_Q4_K, 16, 256, 5);
     roundtrip(STRATA_TYPE_Q4_K, 8, 2048, 6);
+    roundtrip(STRATA_TYPE_Q6_K, 16, 256, 7);
+    roundtrip(STRATA_TYPE_Q6_K, 8, 2048, 8);
 }
 
 static void test_refuses_what_has_no_layout(void **state)
