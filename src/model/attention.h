@@ -29,8 +29,16 @@
  * (p_j * d_j) * code to the accumulator, rows in position order. Keys and
  * values may differ in type (F16 keys with Q8_0 values and the reverse).
  *
- * Threads: the (token, KV head) items are dealt out to the pool's threads
- * round-robin; each item writes only its own heads of `out`. */
+ * Tiles: the batch's tokens are cut into tiles, runs of up to 16 tokens
+ * that continue one sequence at consecutive positions within one KV block
+ * (any other layout gives tiles of one token). A (tile, KV head) item
+ * widens each F16 block once for all its tokens and query heads; every
+ * (token, head) still performs exactly the float steps it would alone, so
+ * the tiling changes speed only (model_attention_ref, the per-token loop,
+ * gives the same bits; the tests hold one to the other).
+ *
+ * Threads: the items are dealt out to the pool's threads round-robin; each
+ * item writes only its own heads of `out`. */
 #ifndef STRATA_MODEL_ATTENTION_H
 #define STRATA_MODEL_ATTENTION_H
 
@@ -60,5 +68,10 @@ size_t model_attention_scratch_floats(const kv_cache *kv, int64_t n_head);
  * thread count. The caller has checked the arguments (this is the inner
  * loop of the forward pass). */
 void model_attention(strata_pool *pool, const model_attn_args *a);
+
+/* The same result computed one (token, KV head) at a time, with no tiles:
+ * the reference model_attention is tested against (bit for bit). Same
+ * arguments and scratch. */
+void model_attention_ref(strata_pool *pool, const model_attn_args *a);
 
 #endif
