@@ -37,6 +37,12 @@
 #include <stdbool.h>
 #include <string.h>
 
+/* the reference's multiply-adds round twice, as the kernels' do (gcc in
+ * ISO C mode never contracts; clang would, per statement) */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define ATTN_HAVE_X86 1
