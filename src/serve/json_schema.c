@@ -55,7 +55,23 @@ static void sb_printf(sb *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    if (n <= 0) return;
+    if ((size_t)n < sizeof(tmp)) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    /* longer than the stack buffer: format again into one that fits
+     * (never cut a rule short) */
+    char *big = malloc((size_t)n + 1);
+    if (big == NULL) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)n);
+    free(big);
 }
 
 /* A GBNF string literal of the bytes s[0..n): quote, backslash and control
@@ -102,17 +118,25 @@ static const prim k_prims[] = {
     {P_INTEGER, 0, "integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )"},
     {P_BOOLEAN, 0, "boolean", "\"true\" | \"false\""},
     {P_NULL, 0, "null", "\"null\""},
+    /* days that exist: 31 in months 01 03 05 07 08 10 12, 30 in 04 06 09
+     * 11, 28 in 02 and the 29th of February only in leap years (divisible
+     * by 4, and by 400 when by 100) */
     {P_DATE, 0, "date",
-     "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )"},
+     "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) "
+     "| ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) "
+     "| \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) "
+     "| ( [0-9]{2} ( \"0\" [48] | [2468] [048] | [13579] [26] ) "
+     "| ( \"0\" [048] | [2468] [048] | [13579] [26] ) \"00\" ) \"-02-29\""},
     {P_TIME, 0, "time",
-     "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" ( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]{1,9} )? "
+     "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? "
      "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
     {P_DATETIME, P_DATE | P_TIME, "date-time", "date \"T\" time"},
     {P_UUID, 0, "uuid",
      "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
      "[0-9a-fA-F]{12}"},
     {P_EMAIL, 0, "email",
-     "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} ){1,8}"},
+     "[a-zA-Z0-9_%+-]{1,16} ( \".\" [a-zA-Z0-9_%+-]{1,16} ){0,2} \"@\" "
+     "[a-zA-Z0-9] ( [a-zA-Z0-9-]{0,30} [a-zA-Z0-9] )? ( \".\" [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,30} [a-zA-Z0-9] )? ){1,4}"},
 };
 
 typedef struct ref_entry {
