@@ -121,7 +121,7 @@
 /* The elastic pool's defaults: steps of 512 positions (64 MiB for an 8B
  * model's f16 KV), one of them kept, the rest given back after 10 s free. */
 #define ENGINE_DEFAULT_KV_STEP 512
-#define ENGINE_DEFAULT_KV_HOLD_MS 10000
+#define ENGINE_DEFAULT_KV_HOLD_MS 300000
 
 typedef struct engine_params {
     int n_slots;       /* K, sequences at once; 0: ENGINE_DEFAULT_SLOTS */
