@@ -17,10 +17,10 @@
  * scores are computed for all of a tile's queries in one call.
  *
  * The reference loop (ref_item, one token per item) is the computation as
- * it was before the tiles, kept for the tests: its two kernels here have a
- * scalar reference and an AVX2 variant that give the same bits (the
- * widening is exact in both, the value accumulation rounds the product and
- * the sum separately in both), and its dot products go through
+ * it was before the tiles, kept for the tests: it widens with the tiled
+ * loop's kernel (exact at every level), its value sum here has a scalar
+ * reference and an AVX2 variant that give the same bits (the product and
+ * the sum rounded separately in both), and its dot products go through
  * tensor_dot_f32 itself. */
 #include "attention.h"
 
@@ -46,29 +46,6 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define ATTN_HAVE_X86 1
-#endif
-
-/* --- F16 rows to float32 --- */
-
-typedef void (*attn_widen_fn)(float *dst, const uint16_t *src, int64_t n);
-
-static void widen_scalar(float *dst, const uint16_t *src, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) dst[i] = tensor_f16_to_f32(src[i]);
-}
-
-#ifdef ATTN_HAVE_X86
-__attribute__((target("avx2,f16c"))) static void widen_f16c(float *dst, const uint16_t *src,
-                                                              int64_t n)
-{
-    int64_t i = 0;
-    /* each step: 8 halves in, 8 floats out (exact) */
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; i++) dst[i] = tensor_f16_to_f32(src[i]);
-}
 #endif
 
 /* --- acc += p * v over a row: a multiply then an add per element (no
@@ -97,17 +74,15 @@ __attribute__((target("avx2"))) static void axpy_avx2(float *acc, float p, const
 }
 #endif
 
-typedef struct attn_kernels {
-    attn_widen_fn widen;
-    attn_axpy_fn axpy;
-} attn_kernels;
-
-static attn_kernels kernels_for_cpu(void)
+/* The reference's value sum (its F16 rows are widened by the tiled
+ * loop's kernel: widening is exact at every level, so sharing it changes
+ * no bits). */
+static attn_axpy_fn axpy_for_cpu(void)
 {
 #ifdef ATTN_HAVE_X86
-    if (strata_cpu_level() >= STRATA_SIMD_AVX2) return (attn_kernels){widen_f16c, axpy_avx2};
+    if (strata_cpu_level() >= STRATA_SIMD_AVX2) return axpy_avx2;
 #endif
-    return (attn_kernels){widen_scalar, axpy_scalar};
+    return axpy_scalar;
 }
 
 /* --- the loop --- */
@@ -144,7 +119,7 @@ size_t model_attention_scratch_floats(const kv_cache *kv, int64_t n_head)
 
 typedef struct attn_job {
     const model_attn_args *a;
-    attn_kernels k;                /* the reference's F16 kernels */
+    attn_axpy_fn ref_axpy;         /* the reference's value sum */
     const tensor_attn_f16 *f16;    /* the tiled loop's */
     const tensor_attn_q8 *q8;
     int64_t max_tile;              /* tokens per tile at most */
@@ -160,7 +135,6 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
                      int64_t kvh)
 {
     const kv_cache *kv = a->kv;
-    const attn_kernels *kern = &job->k;
     const int64_t G = a->n_head / kv->n_head_kv;
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v;
     const int64_t bt = kv->block_tokens;
@@ -204,14 +178,14 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
                 for (int64_t j = 0; j < nv; j++) scores[g * bt + j] *= a->scale;
             }
         } else {
-            kern->widen(kf, (const uint16_t *)(const void *)kb, nv * hd);
+            job->f16->widen(kf, (const uint16_t *)(const void *)kb, nv * hd);
             for (int64_t g = 0; g < G; g++) {
                 for (int64_t j = 0; j < nv; j++) {
                     scores[g * bt + j] = tensor_dot_f32(q + g * hd, kf + j * hd, hd) * a->scale;
                 }
             }
         }
-        if (!v_q8) kern->widen(vf, (const uint16_t *)(const void *)vb, nv * hdv);
+        if (!v_q8) job->f16->widen(vf, (const uint16_t *)(const void *)vb, nv * hdv);
         for (int64_t g = 0; g < G; g++) {
             float *sg = scores + g * bt;
             float *ag = acc + g * hdv;
@@ -238,7 +212,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
             tensor_scale(ag, c, hdv);
             /* acc += p_j v_j, element-wise, rows in position order */
             if (!v_q8) {
-                for (int64_t j = 0; j < nv; j++) kern->axpy(ag, sg[j], vf + j * hdv, hdv);
+                for (int64_t j = 0; j < nv; j++) job->ref_axpy(ag, sg[j], vf + j * hdv, hdv);
             }
         }
         /* Q8_0 values: acc_g += (p_gj d_j) v_j from the codes, all heads
@@ -272,7 +246,7 @@ static attn_job job_for(const model_attn_args *a)
 {
     return (attn_job){
         .a = a,
-        .k = kernels_for_cpu(),
+        .ref_axpy = axpy_for_cpu(),
         .f16 = tensor_attn_f16_get(),
         .q8 = tensor_attn_q8_get(),
         .quant_q8 = tensor_get_quant(STRATA_TYPE_Q8_0),
