@@ -386,6 +386,9 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
                 if (v_q8) tensor_scale(ag, c, hdv);
             }
             if (v_q8) {
+                /* a block every token reads whole: one value pass below
+                 * for all the tile's queries, each code row loaded once */
+                if (b != last) continue;
                 job->q8->pv(acc_i, (size_t)hdv, sc_i, (size_t)bt, G, vb, kv->v_row_bytes, nv, nbv);
             } else if (all_live) {
                 f16->pv(acc_i, (size_t)hdv, cs + i * G, sc_i, (size_t)bt, G, vf, (size_t)hdv, nv,
@@ -397,6 +400,12 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
                             (size_t)bt, 1, vf, (size_t)hdv, nv, hdv);
                 }
             }
+        }
+        /* Q8_0 values of a block before the last: every query's weights
+         * are final (rescaled above), and a query's float steps are those
+         * of the per-token pass (the kernel keeps queries apart) */
+        if (v_q8 && b != last) {
+            job->q8->pv(acc, (size_t)hdv, scores, (size_t)bt, nq, vb, kv->v_row_bytes, bt, nbv);
         }
     }
 #undef QROW

@@ -154,7 +154,7 @@ static void test_variants_bit_exact(void **state)
         if (t == NULL) continue;
         assert_int_equal(t->level, level);
         uint32_t seed = 100;
-        static const int64_t heads[] = {1, 2, 3, 4, 5, 8, 9};
+        static const int64_t heads[] = {1, 2, 3, 4, 5, 8, 9, 13, 64};
         static const int64_t rows[] = {1, 7, 32};
         static const int64_t blks[] = {1, 2, 4, 8};
         for (size_t h = 0; h < sizeof(heads) / sizeof(heads[0]); h++) {
