@@ -468,6 +468,9 @@ bool engine_busy(const engine *e)
 
 void engine_trim(engine *e)
 {
+    /* idle (the loop calls this between steps only): the step buffers
+     * go back with the KV steps */
+    model_ctx_release_scratch(e->ctx);
     if (kv_pool_trim(e->kv, strata_clock_ms()) == 0) return;
     int64_t c = committed_bytes(e);
     pthread_mutex_lock(&e->progress_lock);

@@ -29,10 +29,13 @@
 #include "tensor/pack.h"
 #include "tensor/quant.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct model_ctx {
     const model *m;
@@ -59,6 +62,13 @@ struct model_ctx {
     /* Batch checks, per sequence slot. */
     int64_t *seq_first;     /* (n_seq_max) first position in the batch, -1 unseen */
     int64_t *seq_next;      /* (n_seq_max) position the next token must have */
+    /* the step buffers above (x .. mm_scratch) and their sizes, for
+     * model_ctx_release_scratch */
+    struct {
+        void *p;
+        size_t bytes;
+    } step_bufs[16];
+    int n_step_bufs;
 };
 
 /* --- allocation --- */
@@ -69,6 +79,18 @@ static float *alloc_floats(int64_t n)
     size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
     if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+/* A step buffer: as alloc_floats, remembered for model_ctx_release_scratch. */
+static float *alloc_step(model_ctx *ctx, int64_t n)
+{
+    float *p = alloc_floats(n);
+    if (p != NULL && ctx->n_step_bufs < (int)(sizeof(ctx->step_bufs) / sizeof(ctx->step_bufs[0]))) {
+        ctx->step_bufs[ctx->n_step_bufs].p = p;
+        ctx->step_bufs[ctx->n_step_bufs].bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+        ctx->n_step_bufs++;
+    }
     return p;
 }
 
@@ -151,17 +173,17 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
     const int64_t n_k = hp->n_head_kv * hp->head_dim;
     const int64_t n_v = hp->n_head_kv * hp->head_dim_v;
     const int64_t n_o = hp->n_head * hp->head_dim_v;
-    ctx->x = alloc_floats(n_batch * hp->n_embd);
-    ctx->xn = alloc_floats(n_batch * hp->n_embd);
-    ctx->q = alloc_floats(n_batch * n_q);
-    ctx->k = alloc_floats(n_batch * n_k);
-    ctx->v = alloc_floats(n_batch * n_v);
-    ctx->attn = alloc_floats(n_batch * n_o);
-    ctx->gate = alloc_floats(n_batch * hp->n_ff);
-    ctx->up = alloc_floats(n_batch * hp->n_ff);
-    ctx->proj = alloc_floats(n_batch * hp->n_embd);
+    ctx->x = alloc_step(ctx, n_batch * hp->n_embd);
+    ctx->xn = alloc_step(ctx, n_batch * hp->n_embd);
+    ctx->q = alloc_step(ctx, n_batch * n_q);
+    ctx->k = alloc_step(ctx, n_batch * n_k);
+    ctx->v = alloc_step(ctx, n_batch * n_v);
+    ctx->attn = alloc_step(ctx, n_batch * n_o);
+    ctx->gate = alloc_step(ctx, n_batch * hp->n_ff);
+    ctx->up = alloc_step(ctx, n_batch * hp->n_ff);
+    ctx->proj = alloc_step(ctx, n_batch * hp->n_embd);
     ctx->attn_scratch =
-        alloc_floats((int64_t)n_threads * (int64_t)model_attention_scratch_floats(ctx->kv, hp->n_head));
+        alloc_step(ctx, (int64_t)n_threads * (int64_t)model_attention_scratch_floats(ctx->kv, hp->n_head));
     ctx->out_rows = malloc((size_t)n_batch * sizeof(int32_t));
     ctx->seq_first = malloc((size_t)n_seq_max * sizeof(int64_t));
     ctx->seq_next = malloc((size_t)n_seq_max * sizeof(int64_t));
@@ -175,7 +197,7 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
             mm = max_sz(mm, matrix_scratch(ws[i], n_batch));
         }
     }
-    ctx->mm_scratch = alloc_floats((int64_t)((mm + 3) / 4));
+    ctx->mm_scratch = alloc_step(ctx, (int64_t)((mm + 3) / 4));
 
     if (ctx->x == NULL || ctx->xn == NULL || ctx->q == NULL || ctx->k == NULL || ctx->v == NULL ||
         ctx->attn == NULL || ctx->gate == NULL || ctx->up == NULL || ctx->proj == NULL ||
@@ -186,6 +208,20 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
     }
     *out = ctx;
     return 0;
+}
+
+void model_ctx_release_scratch(model_ctx *ctx)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < ctx->n_step_bufs; i++) {
+        /* whole pages inside the buffer only: the allocator's own words
+         * around it stay untouched */
+        uintptr_t lo = ((uintptr_t)ctx->step_bufs[i].p + page - 1) / page * page;
+        uintptr_t hi = ((uintptr_t)ctx->step_bufs[i].p + ctx->step_bufs[i].bytes) / page * page;
+        if (hi <= lo) continue;
+        while (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0 && errno == EINTR) {
+        }
+    }
 }
 
 kv_cache *model_ctx_kv(model_ctx *ctx)

@@ -63,6 +63,12 @@ typedef struct model_ctx model_ctx;
 int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, strata_err *err);
 void model_ctx_free(model_ctx *ctx);
 
+/* Gives the memory of the step buffers (activations, matmul and attention
+ * scratch) back to the operating system; they hold nothing between
+ * steps, and the next step faults their pages in again. For an idle
+ * engine, so that its RSS falls to weights + KV. Not while a step runs. */
+void model_ctx_release_scratch(model_ctx *ctx);
+
 /* The context's KV cache: start and end sequences with kv_seq_add and
  * kv_seq_remove. Valid until model_ctx_free. */
 kv_cache *model_ctx_kv(model_ctx *ctx);
