@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Strata against llama.cpp on the same GGUF files, the same thread count,
 # side by side in one run: prompt processing (ppN) and decode (tgN) tokens
-# per second and their ratio (strata / llama.cpp).
+# per second, their ratio (strata / llama.cpp), and for decode the GB/s of
+# weights streamed (bytes one step reads x tokens/s) as a share of this
+# machine's read bandwidth, measured in the same run.
 #
-#   bench/compare.sh [-t THREADS] [-p N] [-n N] [-r REPS] [MODEL.gguf ...]
+#   bench/compare.sh [-t THREADS] [-p N] [-n N] [-r REPS] [--rounds K] [MODEL.gguf ...]
 #
-# Without models it makes (once, in build/models/) the issue's set with
-# `strata mkmodel`: llama-1b in Q4_0, Q8_0 and Q4_K, qwen-0.5b in Q8_0.
-# llama.cpp is node-llama-cpp 3.21.1's prebuilt CPU build, installed into
-# bench/llamacpp/node_modules on first use.
+# llama.cpp: LLAMA_BENCH (a llama.cpp build's build/bin/llama-bench, or
+# llama-bench on the PATH) runs as `llama-bench -o jsonl`; without one,
+# node-llama-cpp's prebuilt CPU build (bench/llamacpp, installed on first use).
+# Without models it makes (once, in build/models/) llama-1b in Q4_0, Q8_0 and
+# F16 with `strata mkmodel`, and, when LLAMA_QUANTIZE (default: llama-quantize
+# beside LLAMA_BENCH) exists, Q4_K_M, Q5_K_M and Q6_K from that F16 file, so
+# the mixes are llama.cpp's own. Each round runs every model once with both
+# engines, interleaved so drifting machine load hits both; the table holds
+# the median over rounds of each round's median of REPS runs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-threads=2 prompt=512 gen=128 reps=3
+threads=2 prompt=512 gen=128 reps=3 rounds=1
 models=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -19,57 +26,100 @@ while [ $# -gt 0 ]; do
         -p) prompt=$2; shift 2 ;;
         -n) gen=$2; shift 2 ;;
         -r) reps=$2; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) models+=("$1"); shift ;;
     esac
 done
 
 strata="$here/build/strata"
 [ -x "$strata" ] || make -C "$here" build >/dev/null
-if [ ! -d "$here/bench/llamacpp/node_modules/node-llama-cpp" ]; then
-    echo "compare: installing node-llama-cpp 3.21.1 (once)" >&2
-    (cd "$here/bench/llamacpp" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+llama_bench=${LLAMA_BENCH:-$(command -v llama-bench || true)}
+use_node=0
+if [ -z "$llama_bench" ] || [ ! -x "$llama_bench" ]; then
+    use_node=1
+    if [ ! -d "$here/bench/llamacpp/node_modules/node-llama-cpp" ]; then
+        echo "compare: no LLAMA_BENCH; installing node-llama-cpp (once)" >&2
+        (cd "$here/bench/llamacpp" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
 fi
+quantize=${LLAMA_QUANTIZE:-}
+if [ -z "$quantize" ] && [ "$use_node" = 0 ]; then quantize="$(dirname "$llama_bench")/llama-quantize"; fi
 
 if [ ${#models[@]} -eq 0 ]; then
     mkdir -p "$here/build/models"
-    for spec in llama-1b:Q4_0 llama-1b:Q8_0 llama-1b:Q4_K qwen-0.5b:Q8_0; do
-        preset=${spec%%:*} type=${spec##*:}
-        f="$here/build/models/$preset-$type.gguf"
+    for type in Q4_0 Q8_0 F16; do
+        f="$here/build/models/llama-1b-$type.gguf"
         if [ ! -f "$f" ]; then
             echo "compare: making $f (once)" >&2
-            "$strata" mkmodel --preset "$preset" --type "$type" -t "$threads" --quiet -o "$f"
+            "$strata" mkmodel --preset llama-1b --type "$type" -t "$threads" --quiet -o "$f.part"
+            mv "$f.part" "$f"
         fi
         models+=("$f")
     done
+    if [ -n "$quantize" ] && [ -x "$quantize" ]; then
+        for type in Q4_K_M Q5_K_M Q6_K; do
+            f="$here/build/models/llama-1b-$type.gguf"
+            if [ ! -f "$f" ]; then
+                echo "compare: making $f with llama-quantize (once)" >&2
+                "$quantize" "$here/build/models/llama-1b-F16.gguf" "$f.part" "$type" "$threads" \
+                    >/dev/null 2>&1
+                mv "$f.part" "$f"
+            fi
+            models+=("$f")
+        done
+    else
+        echo "compare: no llama-quantize (LLAMA_QUANTIZE): Q4_K_M, Q5_K_M and Q6_K skipped" >&2
+    fi
 fi
 
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-for m in "${models[@]}"; do
-    # Interleave the two engines per model so drifting machine load hits both.
-    "$strata" bench -m "$m" -p "$prompt" -n "$gen" -t "$threads" -r "$reps" --json \
-        | sed 's/^{/{"engine": "strata", /' >> "$results"
-    node "$here/bench/llamacpp/bench.mjs" "$m" -p "$prompt" -n "$gen" -t "$threads" -r "$reps" \
-        >> "$results"
+# The machine's read bandwidth: bench_matmul's read loop over 4x the LLC.
+bw_line=$("$here/build/bench/bench_matmul" --types q8_0 --no-prefill --threads "$threads" \
+    --reps 3 2>/dev/null | grep -E '^# (cpu|read bandwidth)' || true)
+bw=$(printf '%s\n' "$bw_line" | sed -n 's/^# read bandwidth.*: \([0-9.]*\) GB\/s.*/\1/p')
+
+for round in $(seq 1 "$rounds"); do
+    for m in "${models[@]}"; do
+        "$strata" bench -m "$m" -p "$prompt" -n "$gen" -t "$threads" -r "$reps" --json \
+            | jq -c --argjson round "$round" \
+                '{engine: "strata", round: $round, model, test, decode_bytes, tps: .median}' \
+            >> "$results"
+        if [ "$use_node" = 1 ]; then
+            node "$here/bench/llamacpp/bench.mjs" "$m" -p "$prompt" -n "$gen" -t "$threads" \
+                -r "$reps" | jq -c --argjson round "$round" \
+                '{engine: "llama.cpp", round: $round, model, test, tps: .tokens_per_second}' \
+                >> "$results"
+        else
+            "$llama_bench" -m "$m" -p "$prompt" -n "$gen" -t "$threads" -r "$reps" -o jsonl \
+                2>/dev/null | jq -c --arg m "$m" --argjson round "$round" \
+                '{engine: "llama.cpp", round: $round, model: $m,
+                  test: (if .n_prompt > 0 then "pp\(.n_prompt)" else "tg\(.n_gen)" end),
+                  tps: (.samples_ts | sort | .[length / 2 | floor])}' >> "$results"
+        fi
+    done
 done
 
-echo "# bench/compare.sh -t $threads -p $prompt -n $gen -r $reps   ($(date -u +%Y-%m-%d), $(nproc) CPUs)"
-node - "$results" <<'JS'
-const fs = require("fs");
-const rows = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").map((l) => JSON.parse(l));
-const key = (r) => `${r.model}\t${r.test}`;
-const by = new Map();
-for (const r of rows) {
-    if (!by.has(key(r))) by.set(key(r), {});
-    by.get(key(r))[r.engine] = r;
-}
-const fmt = (r) => r ? `${r.tokens_per_second.toFixed(2)} ± ${r.stddev.toFixed(2)}` : "-";
-console.log("| model | test | strata t/s | llama.cpp t/s | strata / llama.cpp |");
-console.log("|---|---|---:|---:|---:|");
-for (const [k, e] of by) {
-    const [model, test] = k.split("\t");
-    const ratio = e.strata && e["llama.cpp"] ? (e.strata.tokens_per_second / e["llama.cpp"].tokens_per_second).toFixed(2) : "-";
-    console.log(`| ${model.split("/").pop()} | ${test} | ${fmt(e.strata)} | ${fmt(e["llama.cpp"])} | ${ratio} |`);
-}
-JS
+echo "# bench/compare.sh -t $threads -p $prompt -n $gen -r $reps --rounds $rounds   ($(date -u +%Y-%m-%d), $(nproc) CPUs)"
+printf '%s\n' "$bw_line"
+if [ "$use_node" = 1 ]; then echo "# llama.cpp: node-llama-cpp's prebuilt build"
+else echo "# llama.cpp: $("$llama_bench" --version 2>&1 | grep -m1 -i version || echo llama-bench)"; fi
+jq -rn --slurpfile r "$results" --arg bw "${bw:-0}" '
+  def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+           else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def f: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
+  ($bw | tonumber) as $bw |
+  "| model | test | strata t/s | llama.cpp t/s | strata / llama.cpp | strata GB/s (% bw) | llama.cpp GB/s (% bw) |",
+  "|---|---|---:|---:|---:|---:|---:|",
+  ($r | group_by(.model) | .[] | . as $m |
+   ($m | map(.decode_bytes // empty) | .[0]) as $bytes |
+   ($m | group_by(.test) | .[] |
+    (map(select(.engine == "strata") | .tps) | med) as $s |
+    (map(select(.engine == "llama.cpp") | .tps) | med) as $l |
+    (.[0].test) as $t |
+    def gbs($x): if $x == null or $bytes == null or ($t | startswith("tg") | not) then "-"
+                 else ($x * $bytes / 1e9) as $g |
+                      "\($g | f)\(if $bw > 0 then " (\($g / $bw * 100 | round)%)" else "" end)" end;
+    "| \(.[0].model | split("/") | last) | \($t) | \($s | f) | \($l | f) | \(if $s and $l then $s / $l else null end | f) | \(gbs($s)) | \(gbs($l)) |"))
+'

@@ -302,6 +302,11 @@ int cmd_bench(int argc, char **argv)
                  np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
                  strata_type_name(main_type));
         snprintf(size_desc, sizeof(size_desc), "%.2f MiB", (double)s.tensor_bytes / 1048576.0);
+        /* bytes one decode step streams: every tensor but the embedding
+         * table, of which it reads one row (unless the output is tied to it) */
+        uint64_t decode_bytes = s.tensor_bytes;
+        const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
+        if (te != NULL && !m->tied_output) decode_bytes -= (uint64_t)te->n_bytes;
         char cpu[160];
         strata_cpu_describe(cpu, sizeof(cpu));
         if (!as_json) {
@@ -373,12 +378,12 @@ int cmd_bench(int argc, char **argv)
                     const char *tv = vts[c] == STRATA_TYPE_Q8_0 ? "q8_0" : "f16";
                     if (as_json) {
                         printf("{\"model\": \"%s\", \"size_bytes\": %" PRIu64
-                               ", \"threads\": %" PRId64 ", \"type_k\": \"%s\", "
+                               ", \"decode_bytes\": %" PRIu64 ", \"threads\": %" PRId64 ", \"type_k\": \"%s\", "
                                "\"type_v\": \"%s\", \"test\": \"%s\", \"n_tokens\": %" PRId64
                                ", \"n_depth\": %" PRId64 ", \"reps\": %" PRId64
                                ", \"tokens_per_second\": %.3f, \"stddev\": %.3f"
                                ", \"median\": %.3f}\n",
-                               path, s.tensor_bytes, n_threads, tk, tv, test_name, n, depth,
+                               path, s.tensor_bytes, decode_bytes, n_threads, tk, tv, test_name, n, depth,
                                reps, mean, sd, median);
                     } else {
                         char rate[48];
