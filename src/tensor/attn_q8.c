@@ -179,11 +179,76 @@ qk_avx2(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, const
     QK_BODY(dot8_avx2)
 }
 
+/* qk, AVX-512 VNNI: keys offset to unsigned (k + 128, a flip of the sign
+ * bit), so VPDPBUSD multiplies them by the signed query codes directly;
+ * the offset adds 128 * (sum of the query block's codes), an exact integer
+ * taken off again (precomputed per query block, as are the query scales).
+ * The int32 block sums, and the float steps after them, are the
+ * reference's. Four heads at a time as in QK_BODY; the rest through it. */
+#define QK_VNNI_MAX_BLK 8
+
+static __attribute__((target(AVX512_ATTRS))) void
+qk_avx512_plain(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q,
+                const uint8_t *k, size_t k_row_bytes, int64_t n_rows, int64_t n_blk)
+{
+    QK_BODY(dot8_avx512)
+}
+
 static __attribute__((target(AVX512_ATTRS))) void
 qk_avx512(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, const uint8_t *k,
           size_t k_row_bytes, int64_t n_rows, int64_t n_blk)
 {
-    QK_BODY(dot8_avx512)
+    if (n_blk > QK_VNNI_MAX_BLK) {
+        qk_avx512_plain(scores, ld_scores, q, n_q, k, k_row_bytes, n_rows, n_blk);
+        return;
+    }
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    int64_t g = 0;
+    for (; g + 4 <= n_q; g += 4) {
+        const block_q8_0 *qg[4] = {q + g * n_blk, q + (g + 1) * n_blk, q + (g + 2) * n_blk,
+                                   q + (g + 3) * n_blk};
+        __m128i corr[QK_VNNI_MAX_BLK];
+        __m128 dq[QK_VNNI_MAX_BLK];
+        for (int64_t b = 0; b < n_blk; b++) {
+            __m256i c[4];
+            for (int i = 0; i < 4; i++) {
+                /* 128 * sum(q): VPDPBUSD of 128 (unsigned) and the codes */
+                c[i] = _mm256_dpbusd_epi32(
+                    _mm256_setzero_si256(), _mm256_slli_epi16(ones8, 7),
+                    _mm256_loadu_si256((const __m256i *)(const void *)qg[i][b].qs));
+            }
+            corr[b] = hsum4_i32(c[0], c[1], c[2], c[3]);
+            dq[b] = _mm_cvtph_ps(_mm_setr_epi16((short)qg[0][b].d, (short)qg[1][b].d,
+                                                (short)qg[2][b].d, (short)qg[3][b].d, 0, 0, 0, 0));
+        }
+        for (int64_t j = 0; j < n_rows; j++) {
+            const uint8_t *kr = k + (size_t)j * k_row_bytes;
+            __m128 s = _mm_setzero_ps();
+            for (int64_t b = 0; b < n_blk; b++) {
+                const block_q8_0 *kb = row_block(kr, b);
+                const __m256i kx = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)(const void *)kb->qs), flip);
+                __m256i p[4];
+                for (int i = 0; i < 4; i++) {
+                    p[i] = _mm256_dpbusd_epi32(
+                        _mm256_setzero_si256(), kx,
+                        _mm256_loadu_si256((const __m256i *)(const void *)qg[i][b].qs));
+                }
+                __m128i is = _mm_sub_epi32(hsum4_i32(p[0], p[1], p[2], p[3]), corr[b]);
+                __m128 dk = _mm_cvtph_ps(_mm_set1_epi16((short)kb->d));
+                s = _mm_add_ps(s, _mm_mul_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(dq[b], dk)));
+            }
+            float out[4];
+            _mm_storeu_ps(out, s);
+            for (int i = 0; i < 4; i++) scores[(size_t)(g + i) * ld_scores + (size_t)j] = out[i];
+        }
+    }
+    if (g < n_q) {
+        /* the remaining heads (fewer than four) */
+        qk_avx512_plain(scores + (size_t)g * ld_scores, ld_scores, q + g * n_blk, n_q - g, k,
+                        k_row_bytes, n_rows, n_blk);
+    }
 }
 
 /* pv, AVX2: a block's 32 codes become 4 x 8 float lanes (elements 8c ..
