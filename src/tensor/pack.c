@@ -52,10 +52,15 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_q6_kx8), TENSOR_QK_K, tensor_x8_pack_q6_k,
         {{.one = tensor_x8_q6_k_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_q6_k_avx2), AVX512(q6_k)}};
+    static const x8_type q5_k = {
+        sizeof(block_q5_kx8), TENSOR_QK_K, tensor_x8_pack_q5_k,
+        {{.one = tensor_x8_q5_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q5_k_avx2), AVX512(q5_k)}};
     switch (type) {
     case STRATA_TYPE_Q4_0: return &q4_0;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
+    case STRATA_TYPE_Q5_K: return &q5_k;
     case STRATA_TYPE_Q6_K: return &q6_k;
     default: return NULL;
     }
@@ -122,7 +127,7 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
         return 0;
-    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K)
+    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
@@ -169,6 +174,7 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_Q8_0: return tensor_x8_q8_0_quantize_act;
 #endif
     case STRATA_TYPE_Q4_K:
+    case STRATA_TYPE_Q5_K:
     case STRATA_TYPE_Q6_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
     default: return NULL;
     }

@@ -22,6 +22,7 @@
  *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
+ *   Q5_K:        as Q4_K, with the 5-bit codes
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  * where d_r, dmin_r are the f16 scales widened to float and dx the
@@ -94,10 +95,26 @@ typedef struct block_q6_kx8 {
     uint8_t qh[512];
 } block_q6_kx8;
 
+/* Q5_K x8: Q4_K x8's fields (the low 4 bits of each code in qs[]), then
+ *   qh[32 s + 4 r + e]: bit j = bit 4 of row r's code in code vector j
+ *   (0..7) of sub-block s, i.e. of element 32 s + 8 (j / 2) + 4 (j % 2) + e
+ *   (vector j = 2m's low 4 bits are qs[128 s + 32 m + 4 r + e]'s low
+ *   nibble, vector 2m + 1's its high nibble).
+ * w = d * sc_s * q - dmin * mn_s, q in 0..31, as in Q5_K. */
+typedef struct block_q5_kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t sc[64];
+    uint8_t mn[64];
+    uint8_t qs[1024];
+    uint8_t qh[256];
+} block_q5_kx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
+_Static_assert(sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) + 32, "Q5_Kx8 is 8 Q5_K blocks + 32 bytes");
 
 /* Most tokens one kernel call takes, at any level (a level's own limit is
  * tensor_x8_kernels.max_t). */
@@ -132,6 +149,12 @@ bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void 
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+
+/* Row r (0..7) of one packed group of n elements per row back in its GGUF
+ * layout at dst (pack_unpack.c's row_<type> for the types of their own
+ * files). */
+void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -140,6 +163,8 @@ void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q5_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 
 #if defined(__x86_64__)
@@ -151,6 +176,8 @@ void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
 void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q5_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
@@ -166,6 +193,7 @@ TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
+TENSOR_X8_AVX512_DECL(q5_k); /* pack_q5_k.c */
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
@@ -184,7 +212,7 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K and Q6_K), except that
+ * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K, Q5_K and Q6_K), except that
  * a Q4_0 or Q8_0 row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0) or -128 (Q8_0). The kernels that keep

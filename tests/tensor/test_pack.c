@@ -43,12 +43,14 @@
 #endif
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
-                                   STRATA_TYPE_Q6_K};
+                                   STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static uint32_t act_type(uint32_t type)
 {
-    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
+    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K
+               ? STRATA_TYPE_Q8_K
+               : STRATA_TYPE_Q8_0;
 }
 
 /* ---------------------------------------------------- the reference */
@@ -86,6 +88,30 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
                 isum += w[ib].scales[g] * dot;
             }
             acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_Q5_K) {
+        const block_q5_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0, imin = 0;
+            for (int s = 0; s < 8; s++) {
+                int sc, mn;
+                q4k_scale_min(w[ib].scales, s, &sc, &mn);
+                int32_t dot = 0, xs = 0;
+                for (int i = 32 * s; i < 32 * s + 32; i++) {
+                    int l = i % 32;
+                    int q = ((w[ib].qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15) |
+                            ((w[ib].qh[l] >> s) & 1) << 4;
+                    dot += q * x[ib].qs[i];
+                    xs += x[ib].qs[i];
+                }
+                isum += sc * dot;
+                imin += mn * xs;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+            acc = fmaf(-(float)imin, tensor_f16_to_f32(w[ib].dmin) * x[ib].d, acc);
         }
         return acc;
     }
@@ -156,6 +182,10 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
                 for (int g = 0; g < 16; g++) k->scales[g] = g & 1 ? 127 : -128;
         } else if (type == STRATA_TYPE_Q4_K) {
             block_q4_k *k = (block_q4_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
+        } else if (type == STRATA_TYPE_Q5_K) {
+            block_q5_k *k = (block_q5_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
         } else if (type == STRATA_TYPE_Q8_0) {
@@ -355,7 +385,8 @@ static void test_act_quant_levels(void **state)
     blk = x + 32 * 9; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? -127.0f : -(float)i - 0.5f;
     blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
     blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
-    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                              STRATA_TYPE_Q5_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
@@ -541,14 +572,16 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 48));   /* not whole blocks */
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
     assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 256));  /* no x8 layout */
     assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 8, 256), 0);
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_K | TENSOR_PACKED));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 16, 256), 2 * sizeof(block_q5_kx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 8, 256), 0);
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];

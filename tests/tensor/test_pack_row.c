@@ -62,6 +62,8 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q4_K, 8, 2048, 6);
     roundtrip(STRATA_TYPE_Q6_K, 16, 256, 7);
     roundtrip(STRATA_TYPE_Q6_K, 8, 2048, 8);
+    roundtrip(STRATA_TYPE_Q5_K, 16, 256, 9);
+    roundtrip(STRATA_TYPE_Q5_K, 8, 2048, 10);
 }
 
 static void test_refuses_what_has_no_layout(void **state)
