@@ -1,7 +1,7 @@
 /* Row-interleaved ("x8") weight layouts.
  *
- * A matrix of Q4_0, Q8_0, Q4_K, Q5_K or Q6_K weights whose row count is a multiple of 8
- * can be repacked once, at load, so that each group of 8 consecutive rows
+ * A matrix of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS weights whose row
+ * count is a multiple of 8 can be repacked once, at load, so that each group of 8 consecutive rows
  * is stored block by block: the first block of all 8 rows, then the second
  * block of all 8, and so on, with the codes of the 8 rows interleaved 4 by
  * 4 inside each block (pack_internal.h gives the byte layouts). A kernel
@@ -34,7 +34,7 @@
 #define TENSOR_X8_ROWS 8
 
 /* True when a (n_rows, n_cols) matrix of `type` (a plain GGUF type) can be
- * packed: the type has an x8 layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), n_rows is a
+ * packed: the type has an x8 layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS), n_rows is a
  * positive multiple of 8 and n_cols a whole number of blocks. */
 bool tensor_pack_available(uint32_t type, int64_t n_rows, int64_t n_cols);
 

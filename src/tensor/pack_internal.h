@@ -23,6 +23,9 @@
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
  *   Q5_K:        as Q4_K, with the 5-bit codes
+ *   IQ4_NL:      as Q8_0, isum over the table values v[q]
+ *   IQ4_XS:      acc = fmaf((float)isum, d_r * dx, acc)
+ *                where isum = sum_s sc_s * (v[q] . x over sub-block s)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  * where d_r, dmin_r are the f16 scales widened to float and dx the
@@ -110,10 +113,30 @@ typedef struct block_q5_kx8 {
     uint8_t qh[256];
 } block_q5_kx8;
 
+/* IQ4_NL x8: as Q4_0 x8, the nibbles being indices into
+ * tensor_iq4nl_values (w = d * value[q]). */
+typedef struct block_iq4_nlx8 {
+    uint16_t d[8];
+    uint8_t qs[128];
+} block_iq4_nlx8;
+
+/* IQ4_XS x8: super-block b of rows 0..7 (8 sub-blocks s of 32).
+ *   d[r]: row r's f16 scale.
+ *   sc[8 s + r]: row r's scale of sub-block s, ls - 32 (-32..31).
+ *   qs[]: the indices, interleaved as Q4_K x8's codes.
+ * w = d * sc_s * value[q], as in IQ4_XS. */
+typedef struct block_iq4_xsx8 {
+    uint16_t d[8];
+    int8_t sc[64];
+    uint8_t qs[1024];
+} block_iq4_xsx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
+_Static_assert(sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl), "IQ4_NLx8 is 8 IQ4_NL blocks");
+_Static_assert(sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs) + 16, "IQ4_XSx8 is 8 IQ4_XS blocks + 16 bytes");
 _Static_assert(sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) + 32, "Q5_Kx8 is 8 Q5_K blocks + 32 bytes");
 
 /* Most tokens one kernel call takes, at any level (a level's own limit is
@@ -150,11 +173,15 @@ bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void 
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
  * layout at dst (pack_unpack.c's row_<type> for the types of their own
  * files). */
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -166,6 +193,10 @@ void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, f
                            size_t ys, int nt);
 void tensor_x8_q5_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
+void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
+void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
 
 #if defined(__x86_64__)
 /* Compiled for avx2+fma+f16c; call only where strata_cpu_level() allows. */
@@ -179,6 +210,10 @@ void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
                          size_t ys, int nt);
 void tensor_x8_q5_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
+void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
  * strata_cpu_level() says AVX512. One group and pairs, up to
@@ -193,7 +228,9 @@ TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
-TENSOR_X8_AVX512_DECL(q5_k); /* pack_q5_k.c */
+TENSOR_X8_AVX512_DECL(q5_k);   /* pack_q5_k.c */
+TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
+TENSOR_X8_AVX512_DECL(iq4_xs);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
@@ -212,10 +249,10 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K, Q5_K and Q6_K), except that
- * a Q4_0 or Q8_0 row is followed, from the next 4-byte boundary
+ * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS),
+ * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
- * activation codes times -8 (Q4_0) or -128 (Q8_0). The kernels that keep
+ * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
  * the weight codes unsigned (Q4_0's q, Q8_0's q + 128 at AVX-512) take
  * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that

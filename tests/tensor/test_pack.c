@@ -43,12 +43,14 @@
 #endif
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
-                                   STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K};
+                                   STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
+                                   STRATA_TYPE_IQ4_XS};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static uint32_t act_type(uint32_t type)
 {
-    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K
+    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
+                   type == STRATA_TYPE_IQ4_XS
                ? STRATA_TYPE_Q8_K
                : STRATA_TYPE_Q8_0;
 }
@@ -86,6 +88,26 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
                     dot += (q - 32) * x[ib].qs[i];
                 }
                 isum += w[ib].scales[g] * dot;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_IQ4_XS) {
+        const block_iq4_xs *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0;
+            for (int s = 0; s < 8; s++) {
+                int ls = ((w[ib].scales_l[s / 2] >> (4 * (s % 2))) & 15) |
+                         ((w[ib].scales_h >> (2 * s)) & 3) << 4;
+                int32_t dot = 0;
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t *qs = w[ib].qs + 16 * s;
+                    int q = l < 16 ? qs[l] & 15 : qs[l - 16] >> 4;
+                    dot += tensor_iq4nl_values[q] * x[ib].qs[32 * s + l];
+                }
+                isum += (ls - 32) * dot;
             }
             acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
         }
@@ -142,7 +164,14 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         int32_t isum = 0;
         uint16_t d;
-        if (type == STRATA_TYPE_Q4_0) {
+        if (type == STRATA_TYPE_IQ4_NL) {
+            const block_iq4_nl *w = (const block_iq4_nl *)row + ib;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
+                isum += tensor_iq4nl_values[q] * x[ib].qs[i];
+            }
+            d = w->d;
+        } else if (type == STRATA_TYPE_Q4_0) {
             const block_q4_0 *w = (const block_q4_0 *)row + ib;
             for (int i = 0; i < 32; i++) {
                 int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
@@ -188,6 +217,12 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
             block_q5_k *k = (block_q5_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
+        } else if (type == STRATA_TYPE_IQ4_XS) {
+            block_iq4_xs *k = (block_iq4_xs *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_IQ4_NL) {
+            block_iq4_nl *k = (block_iq4_nl *)w + b;
+            k->d = tensor_f32_to_f16(dv);
         } else if (type == STRATA_TYPE_Q8_0) {
             block_q8_0 *q = (block_q8_0 *)w + b;
             q->d = tensor_f32_to_f16(dv);
@@ -386,7 +421,7 @@ static void test_act_quant_levels(void **state)
     blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
     blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
     const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
-                              STRATA_TYPE_Q5_K};
+                              STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
@@ -581,6 +616,9 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 16, 256), 2 * sizeof(block_q5_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 8, 256), 0);
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
+    assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};

@@ -64,6 +64,10 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q6_K, 8, 2048, 8);
     roundtrip(STRATA_TYPE_Q5_K, 16, 256, 9);
     roundtrip(STRATA_TYPE_Q5_K, 8, 2048, 10);
+    roundtrip(STRATA_TYPE_IQ4_NL, 16, 96, 11);
+    roundtrip(STRATA_TYPE_IQ4_NL, 8, 2048, 12);
+    roundtrip(STRATA_TYPE_IQ4_XS, 16, 256, 13);
+    roundtrip(STRATA_TYPE_IQ4_XS, 8, 2048, 14);
 }
 
 static void test_refuses_what_has_no_layout(void **state)
