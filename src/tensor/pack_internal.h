@@ -28,6 +28,12 @@
  *                where isum = sum_s sc_s * (v[q] . x over sub-block s)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
+ *   F16, BF16:   no integer step; four pairs of float sums s[k][p] (k < 4,
+ *                p < 2) start at 0.0f and, for every block in order and
+ *                k, p: s[k][p] = fmaf(w, x, s[k][p]) with w row r's
+ *                element 8 b + 2 k + p (exactly widened) and x the float
+ *                activation of that element; then
+ *                y = ((s00 + s10) + (s20 + s30)) + ((s01 + s11) + (s21 + s31))
  * where d_r, dmin_r are the f16 scales widened to float and dx the
  * activation block's scale (f16 for Q8_0, float for Q8_K); the products
  * d_r * dx are rounded float multiplies. y = acc. Every kernel (scalar or
@@ -131,6 +137,15 @@ typedef struct block_iq4_xsx8 {
     uint8_t qs[1024];
 } block_iq4_xsx8;
 
+/* F16 / BF16 x8: a block is 8 elements of rows 0..7,
+ *   w[16 k + 2 r + p], k = 0..3, p = 0..1: row r's element 2k + p (the
+ *   type's 16-bit value, unchanged).
+ * 16 consecutive halves are float lanes 2r + p of a 16-lane vector. */
+#define TENSOR_X8_HALF_ELEMS 8
+typedef struct block_halfx8 {
+    uint16_t w[8 * TENSOR_X8_HALF_ELEMS];
+} block_halfx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
@@ -175,6 +190,7 @@ bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void 
 bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
  * layout at dst (pack_unpack.c's row_<type> for the types of their own
@@ -182,6 +198,7 @@ bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, voi
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -197,6 +214,10 @@ void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs,
                              size_t ys, int nt);
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
+void tensor_x8_f16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_bf16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
 
 #if defined(__x86_64__)
 /* Compiled for avx2+fma+f16c; call only where strata_cpu_level() allows. */
@@ -213,6 +234,17 @@ void tensor_x8_q5_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
 void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+/* F16 / BF16 (pack_bf16.c): up to 2 tokens at AVX2, one group and up to
+ * TENSOR_X8_HALF_AVX512_MAX_T tokens at AVX-512 (no pair kernel). */
+#define TENSOR_X8_HALF_AVX512_MAX_T 6
+void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                        size_t ys, int nt);
+void tensor_x8_bf16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_f16_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_bf16_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
@@ -249,7 +281,8 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS),
+ * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
+ * F32 for F16 and BF16),
  * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
@@ -262,6 +295,7 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
 tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
+void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */
 void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n);
 
 /* Bytes of one interleaved block of 8 rows, and elements per source block;

@@ -44,11 +44,17 @@
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
-                                   STRATA_TYPE_IQ4_XS};
+                                   STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+static bool is_half(uint32_t type)
+{
+    return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
+}
 
 static uint32_t act_type(uint32_t type)
 {
+    if (is_half(type)) return STRATA_TYPE_F32;
     return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
                    type == STRATA_TYPE_IQ4_XS
                ? STRATA_TYPE_Q8_K
@@ -74,6 +80,18 @@ static void q4k_scale_min(const uint8_t *sc, int s, int *scale, int *min)
 static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n)
 {
     float acc = 0.0f;
+    if (is_half(type)) {
+        /* pack_internal.h: sums s[k][p] of elements 8 b + 2 k + p */
+        const uint16_t *w = row;
+        const float *x = xrow;
+        float s[4][2] = {{0}};
+        for (int64_t i = 0; i < n; i++) {
+            float wv = type == STRATA_TYPE_F16 ? tensor_f16_to_f32(w[i]) : tensor_bf16_to_f32(w[i]);
+            s[(i % 8) / 2][i % 2] = fmaf(wv, x[i], s[(i % 8) / 2][i % 2]);
+        }
+        return ((s[0][0] + s[1][0]) + (s[2][0] + s[3][0])) +
+               ((s[0][1] + s[1][1]) + (s[2][1] + s[3][1]));
+    }
     if (type == STRATA_TYPE_Q6_K) {
         const block_q6_k *w = row;
         const block_q8_k *x = xrow;
@@ -198,6 +216,22 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
                          strata_rng *rng)
 {
     size_t bytes = strata_type_row_bytes(type, n) * (size_t)n_rows;
+    if (is_half(type)) {
+        /* finite values: random normals, the largest (all bits set but
+         * the exponent's lowest), zeros, or the extremes with subnormals */
+        uint16_t *h = w;
+        const bool f16 = type == STRATA_TYPE_F16;
+        for (size_t i = 0; i < bytes / 2; i++) {
+            float v = (float)strata_rng_normal(rng);
+            uint16_t big = f16 ? 0xfbff : 0xff7f, tiny = f16 ? 0x8001 : 0x8001;
+            h[i] = f == FILL_ONES    ? big
+                   : f == FILL_ZERO  ? 0
+                   : f == FILL_EXTREME ? (i % 3 == 0 ? tiny : (uint16_t)(big ^ (i & 1 ? 0x8000 : 0)))
+                   : f16             ? tensor_f32_to_f16(v)
+                                     : tensor_f32_to_bf16(v);
+        }
+        return;
+    }
     uint8_t *p = w;
     for (size_t i = 0; i < bytes; i++)
         p[i] = f == FILL_ONES ? 0xff : f == FILL_ZERO ? 0 : (uint8_t)strata_rng_next(rng);
@@ -248,7 +282,13 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
     assert_non_null(a);
     for (int64_t t = 0; t < n_tok; t++) {
         char *row = a + (size_t)t * rb;
-        if (act_type(type) == STRATA_TYPE_Q8_K) {
+        if (act_type(type) == STRATA_TYPE_F32) {
+            /* extremes that keep bf16's largest weights finite in a sum */
+            float *x = (float *)row;
+            for (int64_t i = 0; i < n; i++)
+                x[i] = extreme ? (i % 3 == 0 ? 1e-40f : i % 3 == 1 ? -3.0f : 1e-30f)
+                               : (float)strata_rng_normal(rng);
+        } else if (act_type(type) == STRATA_TYPE_Q8_K) {
             block_q8_k *x = (block_q8_k *)row;
             for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
                 x[ib].d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
@@ -495,7 +535,7 @@ static void test_matmul_packed(void **state)
         assert_int_equal(tensor_matmul(NULL, pt, p, n_rows, n, x, n_tok, y_all, scratch), 0);
 
         /* close to the GGUF layout's product */
-        void *scratch_un = malloc(tensor_matmul_scratch_bytes(type, n, n_tok));
+        void *scratch_un = malloc(tensor_matmul_scratch_bytes(type, n, n_tok) + 1);
         assert_non_null(scratch_un);
         assert_int_equal(tensor_matmul(NULL, type, w, n_rows, n, x, n_tok, y_un, scratch_un), 0);
         double max_ref = 0, max_diff = 0;
@@ -609,7 +649,12 @@ static void test_api(void **state)
     assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));
     assert_false(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 256));  /* no x8 layout */
-    assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
+    assert_true(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
+    assert_true(tensor_pack_available(STRATA_TYPE_BF16, 16, 8));
+    assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
+    assert_false(tensor_pack_available(STRATA_TYPE_F32, 8, 32));    /* no x8 layout */
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_F16, 16, 24), 16 * 24 * 2);
+    assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_BF16, 24), 24 * sizeof(float));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
