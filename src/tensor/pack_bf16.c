@@ -14,8 +14,12 @@
  * level performs the same float steps and returns the same bits.
  *
  * The conversions are exact (f16 and bf16 values are floats), so the only
- * roundings are the fmas and the final adds. VDPBF16PS (AVX512_BF16) would
- * need bf16 activations, which rounds them: it is not used here. */
+ * roundings are the fmas and the final adds.
+ *
+ * VDPBF16PS (AVX512_BF16) takes bf16 activations, which rounds them, so it
+ * cannot give the float kernels' results: its kernel below
+ * (tensor_x8_bf16_dot_*) is not registered for tensor_matmul. It has its
+ * own scalar reference (the instruction's documented steps) and test. */
 #include "tensor/fp16.h"
 #include "tensor/pack_internal.h"
 
@@ -233,5 +237,113 @@ X8_AVX512_INLINE void half_avx512_tile(int64_t n, const void *w, const void *x, 
 
 HALF_AVX512_SET(f16, false)
 HALF_AVX512_SET(bf16, true)
+
+#endif /* __x86_64__ */
+
+/* ------------------------------------------------------------ VDPBF16PS */
+
+/* Float32 flushed to zero when subnormal (VDPBF16PS's DAZ and FTZ). */
+static float bf16_dot_ftz(float v)
+{
+    return fpclassify(v) == FP_SUBNORMAL ? copysignf(0.0f, v) : v;
+}
+
+void tensor_x8_bf16_dot_act(const float *x, void *dst, int64_t n)
+{
+    uint16_t *o = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_X8_HALF_ELEMS; ib++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 8; l++)
+                for (int p = 0; p < 2; p++)
+                    o[64 * ib + 16 * k + 2 * l + p] =
+                        tensor_f32_to_bf16(x[TENSOR_X8_HALF_ELEMS * ib + 2 * k + p]);
+}
+
+size_t tensor_x8_bf16_dot_act_bytes(int64_t n)
+{
+    return (size_t)(n / TENSOR_X8_HALF_ELEMS) * 64 * sizeof(uint16_t);
+}
+
+/* One VDPBF16PS lane: acc + w1 * x1, then + w0 * x0, inputs and outputs
+ * flushed to zero; a product of two bf16 values is exact in float32. */
+static float bf16_dot_step(float acc, uint16_t w0, uint16_t w1, uint16_t x0, uint16_t x1)
+{
+    const float a0 = bf16_dot_ftz(tensor_bf16_to_f32(w0)), a1 = bf16_dot_ftz(tensor_bf16_to_f32(w1));
+    const float b0 = bf16_dot_ftz(tensor_bf16_to_f32(x0)), b1 = bf16_dot_ftz(tensor_bf16_to_f32(x1));
+    float t = bf16_dot_ftz(bf16_dot_ftz(acc) + a1 * b1);
+    return bf16_dot_ftz(t + a0 * b0);
+}
+
+void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                               size_t ys, int nt)
+{
+    const block_halfx8 *wb = w;
+    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
+    for (int t = 0; t < nt; t++) {
+        const uint16_t *xt = (const uint16_t *)((const char *)x + (size_t)t * xs);
+        for (int r = 0; r < 8; r++) {
+            float s[4] = {0};
+            for (int64_t ib = 0; ib < nb; ib++)
+                for (int k = 0; k < 4; k++) {
+                    const uint16_t *wp = wb[ib].w + 16 * k + 2 * r;
+                    const uint16_t *xp = xt + 64 * ib + 16 * k + 2 * r;
+                    s[k] = bf16_dot_step(s[k], wp[0], wp[1], xp[0], xp[1]);
+                }
+            y[(size_t)t * ys + r] = (s[0] + s[1]) + (s[2] + s[3]);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+
+#define BF16_DOT_ATTRS target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")
+
+/* One group x NT tokens: dword lane j of 32 halves w[32 h ..] is row j % 8,
+ * element pair k = 2h + j / 8, and so is dword j of the activation row's 64
+ * bytes at (block, h): one load each, no shuffle. Sums s[k] live in the two
+ * accumulators of h = k / 2 (lanes 8 (k % 2) ..). */
+static inline __attribute__((always_inline, BF16_DOT_ATTRS)) void
+bf16_dot_tile(int64_t n, const void *w, const void *x, size_t xs, float *y, size_t ys,
+              const int NT)
+{
+    const block_halfx8 *wb = w;
+    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
+    __m512 acc[TENSOR_X8_HALF_AVX512_MAX_T][2];
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        _mm_prefetch((const char *)wb[ib].w + TENSOR_X8_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb[ib].w + TENSOR_X8_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        for (int h = 0; h < 2; h++) {
+            const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wb[ib].w + 32 * h));
+            for (int t = 0; t < NT; t++) {
+                const uint16_t *xt = (const uint16_t *)((const char *)x + (size_t)t * xs);
+                const __m512bh xv =
+                    (__m512bh)_mm512_loadu_si512((const void *)(xt + 64 * ib + 32 * h));
+                acc[t][h] = _mm512_dpbf16_ps(acc[t][h], wv, xv);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        float s[2][16];
+        _mm512_storeu_ps(s[0], acc[t][0]);
+        _mm512_storeu_ps(s[1], acc[t][1]);
+        for (int r = 0; r < 8; r++)
+            y[(size_t)t * ys + r] = (s[0][r] + s[0][8 + r]) + (s[1][r] + s[1][8 + r]);
+    }
+}
+
+__attribute__((BF16_DOT_ATTRS)) void tensor_x8_bf16_dot_avx512bf16(int64_t n, const void *w,
+                                                                  const void *x, size_t xs,
+                                                                  float *y, size_t ys, int nt)
+{
+    switch (nt) {
+    case 1: bf16_dot_tile(n, w, x, xs, y, ys, 1); break;
+    case 2: bf16_dot_tile(n, w, x, xs, y, ys, 2); break;
+    case 3: bf16_dot_tile(n, w, x, xs, y, ys, 3); break;
+    case 4: bf16_dot_tile(n, w, x, xs, y, ys, 4); break;
+    case 5: bf16_dot_tile(n, w, x, xs, y, ys, 5); break;
+    default: bf16_dot_tile(n, w, x, xs, y, ys, 6); break;
+    }
+}
 
 #endif /* __x86_64__ */

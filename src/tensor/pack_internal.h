@@ -296,6 +296,26 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
 size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */
+
+/* BF16 weights (x8 layout) x bf16 activations by VDPBF16PS (pack_bf16.c):
+ * not the float steps above, and not used by tensor_matmul (the activations
+ * are rounded to bf16). Per (row, token) four sums s[k] (k < 4), each
+ * taking per block the instruction's step on the pair 2k, 2k + 1:
+ *   s = ftz(ftz(s + w1 * x1) + w0 * x0)   (exact products, inputs flushed)
+ * then y = (s0 + s1) + (s2 + s3). The activation row (tensor_x8_bf16_dot_act,
+ * tensor_x8_bf16_dot_act_bytes) holds, per block b and pair k, 16 halves:
+ * the bf16 values of elements 8 b + 2 k and 8 b + 2 k + 1, repeated for the
+ * 8 rows (128 bytes per 8 elements), so a kernel loads it as it loads the
+ * weights. The AVX-512 kernel needs strata_cpu_get()->avx512bf16; nt <=
+ * TENSOR_X8_HALF_AVX512_MAX_T. */
+void tensor_x8_bf16_dot_act(const float *x, void *dst, int64_t n);
+size_t tensor_x8_bf16_dot_act_bytes(int64_t n);
+void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                               size_t ys, int nt);
+#if defined(__x86_64__)
+void tensor_x8_bf16_dot_avx512bf16(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                                   size_t ys, int nt);
+#endif
 void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n);
 
 /* Bytes of one interleaved block of 8 rows, and elements per source block;

@@ -635,6 +635,75 @@ static void test_matmul_levels(void **state)
     strata_pool_free(pool2);
 }
 
+/* ---------------------------------------------------- VDPBF16PS */
+
+/* The VDPBF16PS kernel (not used by tensor_matmul) against its own scalar
+ * reference, bit for bit, where the CPU has AVX512_BF16; the reference
+ * against the exact float x8 path within a stated tolerance: bf16
+ * activations are rounded to 8 significant bits, so |y - exact| <=
+ * 2^-8 * sum |w x| plus the float sums' rounding (taken as 2^-20 of it). */
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    strata_rng rng;
+    strata_rng_seed(&rng, 4242);
+    const int64_t n_rows = 16, n = 136, n_tok = TENSOR_X8_HALF_AVX512_MAX_T + 1;
+    const uint32_t type = STRATA_TYPE_BF16;
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n_rows * n));
+    float *x = malloc(sizeof(float) * (size_t)(n * n_tok));
+    assert_non_null(w);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n_rows * n; i++)
+        w[i] = tensor_f32_to_bf16((float)strata_rng_normal(&rng));
+    w[3] = 0x0001; /* a subnormal weight: flushed by the instruction */
+    for (int64_t i = 0; i < n * n_tok; i++) x[i] = (float)strata_rng_normal(&rng);
+    void *p = pack_new(type, w, n_rows, n);
+    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
+    const size_t xb = tensor_x8_bf16_dot_act_bytes(n);
+    char *xq = malloc(xb * (size_t)n_tok);
+    assert_non_null(xq);
+    for (int64_t t = 0; t < n_tok; t++) tensor_x8_bf16_dot_act(x + t * n, xq + (size_t)t * xb, n);
+    float want[8 * 8], got[8 * 8], exact[8 * 8];
+    for (int64_t g = 0; g < n_rows / 8; g++) {
+        const char *pg = (const char *)p + (size_t)g * group_bytes;
+        tensor_x8_bf16_dot_scalar(n, pg, xq, xb, want, 8, (int)n_tok);
+        tensor_x8_bf16_scalar(n, pg, x, sizeof(float) * (size_t)n, exact, 8, (int)n_tok);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int r = 0; r < 8; r++) {
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    mag += fabs((double)tensor_bf16_to_f32(w[(8 * g + r) * n + i]) * x[t * n + i]);
+                double err = fabs((double)want[8 * t + r] - (double)exact[8 * t + r]);
+                if (err > mag * (1.0 / 256 + 1.0 / (1 << 20)))
+                    fail_msg("bf16 dot row %lld token %lld: %.9g, exact %.9g (bound %.3g)",
+                             (long long)(8 * g + r), (long long)t, (double)want[8 * t + r],
+                             (double)exact[8 * t + r], mag / 256);
+            }
+#if defined(__x86_64__)
+        if (!strata_cpu_get()->avx512bf16) continue;
+        for (int nt = 1; nt <= TENSOR_X8_HALF_AVX512_MAX_T; nt++)
+            for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+                tensor_x8_bf16_dot_avx512bf16(n, pg, xq + (size_t)t0 * xb, xb, got, 8, nt);
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < 8; r++)
+                        if (!same_bits(got[8 * t + r], want[8 * (t0 + t) + r]))
+                            fail_msg("bf16 dot avx512bf16 nt %d row %lld token %lld: %.9g, "
+                                     "reference %.9g",
+                                     nt, (long long)(8 * g + r), (long long)(t0 + t),
+                                     (double)got[8 * t + r], (double)want[8 * (t0 + t) + r]);
+            }
+#endif
+    }
+#if defined(__x86_64__)
+    if (!strata_cpu_get()->avx512bf16)
+        printf("# bf16 dot kernel skipped: this CPU has no AVX512_BF16\n");
+#endif
+    free(xq);
+    free(p);
+    free(x);
+    free(w);
+}
+
 /* ---------------------------------------------------- (c) API */
 
 static void test_api(void **state)
@@ -694,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_act_quant_levels),
         cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_matmul_levels),
+        cmocka_unit_test(test_bf16_dot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
