@@ -12,11 +12,13 @@
  *
  * A packed matrix is passed to tensor_matmul with its type or'ed with
  * TENSOR_PACKED; everything else about the call is unchanged (the same
- * activation type and scratch size as the unpacked type).
+ * activation type as the unpacked type; ask tensor_matmul_scratch_bytes
+ * with the packed type: F16 and BF16 need scratch packed, none unpacked).
  *
  * Results: per (row, token) pair a packed matrix takes one float step (two
  * with the K-quant mins) per block, accumulated in one float, in block
- * order. That sequence is the same for every batch, tile shape and thread
+ * order (F16 and BF16: one fma per weight in four fixed chains,
+ * pack_internal.h). That sequence is the same for every batch, tile shape and thread
  * count, and at every SIMD level (the scalar kernels are the reference),
  * so batch invariance holds as for the GGUF layout. Packed and unpacked
  * results of the same matrix differ only by float rounding. */
