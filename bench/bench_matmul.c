@@ -8,6 +8,9 @@
  *  - prefill: GFLOP/s (2 * rows * cols * tokens per call) for 512 tokens.
  * Types with a row-interleaved layout (tensor/pack.h) get a second line,
  * "Q4_0x8" etc., for the matrix repacked as the model loader does.
+ * With bf16 asked for on a CPU with AVX512_BF16, a "BF16dot" line times the
+ * VDPBF16PS kernel of the BF16 x8 layout (pack_internal.h; bf16
+ * activations, not what tensor_matmul runs), one thread for all columns.
  * Every figure is the median of several calls. Matrix x vector calls
  * rotate over enough copies of the weights to exceed the last-level cache,
  * so they read from memory as a model's decode step does: the working set
@@ -24,6 +27,7 @@
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/pack.h"
+#include "tensor/pack_internal.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>
@@ -187,6 +191,70 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n_cols)
     }
     free(f);
 }
+
+#if defined(__x86_64__)
+/* All groups of a packed BF16 matrix x n_tok tokens by the VDPBF16PS
+ * kernel, one thread, in tiles of its most tokens. */
+static void bf16_dot_all(const char *w, size_t group_bytes, int64_t n_rows, int64_t n_cols,
+                         const char *xq, size_t xb, int64_t n_tok, float *y)
+{
+    for (int64_t g = 0; g < n_rows / TENSOR_X8_ROWS; g++)
+        for (int64_t t = 0; t < n_tok; t += TENSOR_X8_HALF_AVX512_MAX_T) {
+            int nt = n_tok - t < TENSOR_X8_HALF_AVX512_MAX_T ? (int)(n_tok - t)
+                                                              : TENSOR_X8_HALF_AVX512_MAX_T;
+            tensor_x8_bf16_dot_avx512bf16(n_cols, w + (size_t)g * group_bytes,
+                                          xq + (size_t)t * xb, xb, y + t * n_rows + 8 * g,
+                                          (size_t)n_rows, nt);
+        }
+}
+
+static void bench_bf16_dot(int64_t n_rows, int64_t n_cols, int64_t n_tok, int reps,
+                           size_t working_set, const float *x, float *y, int prefill)
+{
+    const uint32_t type = STRATA_TYPE_BF16;
+    size_t rb = strata_type_row_bytes(type, n_cols), w_bytes = tensor_pack_bytes(type, n_rows, n_cols);
+    int n_copies = (int)((working_set + w_bytes - 1) / w_bytes);
+    if (n_copies < 2) n_copies = 2;
+    char *w = aligned_alloc(64, (w_bytes * (size_t)n_copies + 63) / 64 * 64);
+    char *plain = aligned_alloc(64, (rb * (size_t)n_rows + 63) / 64 * 64);
+    size_t xb = tensor_x8_bf16_dot_act_bytes(n_cols);
+    char *xq = malloc(xb * (size_t)n_tok);
+    if (!w || !plain || !xq) abort();
+    fill_weights(type, plain, n_rows, n_cols);
+    if (tensor_pack(type, plain, n_rows, n_cols, w) != 0) abort();
+    free(plain);
+    for (int c = 1; c < n_copies; c++) memcpy(w + (size_t)c * w_bytes, w, w_bytes);
+    for (int64_t t = 0; t < n_tok; t++)
+        tensor_x8_bf16_dot_act(x + t * n_cols, xq + (size_t)t * xb, n_cols);
+    const size_t gb = w_bytes / (size_t)(n_rows / TENSOR_X8_ROWS);
+    printf("%-7s %-9.1f", "BF16dot", (double)w_bytes / 1e6);
+    double t[64];
+    int copy = 0;
+    for (int r = -2; r < reps; r++) {
+        int64_t t0 = strata_clock_ns();
+        tensor_x8_bf16_dot_act(x, xq, n_cols); /* decode quantizes its one row too */
+        bf16_dot_all(w + (size_t)copy * w_bytes, gb, n_rows, n_cols, xq, xb, 1, y);
+        if (r >= 0) t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
+        copy = (copy + 1) % n_copies;
+    }
+    double s = median(t, reps), gbs = (double)w_bytes / s * 1e-9;
+    printf(" | %11.1f %6.2f (1 thread)", s * 1e6, gbs);
+    if (prefill) {
+        int preps = reps < 5 ? reps : 5;
+        for (int r = 0; r < preps; r++) {
+            int64_t t0 = strata_clock_ns();
+            bf16_dot_all(w, gb, n_rows, n_cols, xq, xb, n_tok, y);
+            t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
+        }
+        s = median(t, preps);
+        printf(" | prefill %.1f GFLOP/s (1 thread)",
+               2.0 * (double)n_rows * (double)n_cols * (double)n_tok / s * 1e-9);
+    }
+    printf("\n");
+    free(xq);
+    free(w);
+}
+#endif
 
 static void usage(void)
 {
@@ -359,6 +427,12 @@ int main(int argc, char **argv)
         free(scratch);
         free(w);
     }
+#if defined(__x86_64__)
+    if (want[STRATA_TYPE_BF16] && strata_cpu_get()->avx512bf16 &&
+        strata_cpu_level() >= STRATA_SIMD_AVX512 && n_cols % TENSOR_X8_HALF_ELEMS == 0 &&
+        n_rows % TENSOR_X8_ROWS == 0)
+        bench_bf16_dot(n_rows, n_cols, n_tok, reps, working_set, x, y, prefill);
+#endif
     for (int p = 0; p < n_threads_list; p++) strata_pool_free(pools[p]);
     free(x);
     free(y);

@@ -290,7 +290,7 @@ typedef struct x8_ctx {
     size_t xq_row_bytes;
     float *y;
     int64_t tok_chunk;
-    int64_t group_unit;      /* groups per unit of work: 2 with a pair kernel */
+    int64_t group_unit;      /* groups per unit of work: 2 where pair kernels run */
     int64_t grain;           /* units per claim when claiming (else 0) */
     atomic_int_fast64_t next_unit;
 } x8_ctx;
@@ -303,7 +303,7 @@ static void x8_groups(const x8_ctx *c, int64_t g0, int64_t g1, int64_t tc0, int6
     const int max_t = c->k->max_t;
     for (int64_t g = g0; g < g1;) {
         const char *wg = c->w + (size_t)g * c->group_bytes;
-        const bool pair = c->k->pair != NULL && g + 1 < g1;
+        const bool pair = c->group_unit == 2 && g + 1 < g1;
         for (int64_t t = tc0; t < tc1; t += max_t) {
             int nt = tc1 - t < max_t ? (int)(tc1 - t) : max_t;
             const char *xt = c->xq + (size_t)t * c->xq_row_bytes;
@@ -366,7 +366,13 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         .k = k, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
         .n_tok = n_tok, .xq = scratch, .y = y,
         .xq_row_bytes = tensor_x8_act_row_bytes(type, n_cols),
-        .group_unit = k->pair != NULL ? 2 : 1,
+        /* one token (decode): one group per call. The pair kernels read
+         * two groups' streams at once, which in matrix x vector ran at
+         * about half the memory rate of one stream on AMD Zen (AVX-512,
+         * bench_matmul); from two tokens on they reuse each activation
+         * load for 16 rows. Either way a pair gets the bits of two
+         * one-group calls. */
+        .group_unit = k->pair != NULL && n_tok > 1 ? 2 : 1,
     };
     c.group_bytes = bytes / (size_t)c.n_groups;
     int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);

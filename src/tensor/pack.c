@@ -52,11 +52,42 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_q6_kx8), TENSOR_QK_K, tensor_x8_pack_q6_k,
         {{.one = tensor_x8_q6_k_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_q6_k_avx2), AVX512(q6_k)}};
+    static const x8_type q5_k = {
+        sizeof(block_q5_kx8), TENSOR_QK_K, tensor_x8_pack_q5_k,
+        {{.one = tensor_x8_q5_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q5_k_avx2), AVX512(q5_k)}};
+    static const x8_type iq4_nl = {
+        sizeof(block_iq4_nlx8), TENSOR_QK, tensor_x8_pack_iq4_nl,
+        {{.one = tensor_x8_iq4_nl_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq4_nl_avx2), AVX512(iq4_nl)}};
+    static const x8_type iq4_xs = {
+        sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq4_xs,
+        {{.one = tensor_x8_iq4_xs_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq4_xs_avx2), AVX512(iq4_xs)}};
+#if defined(__x86_64__)
+#define HALF_LEVELS(t)                                                                  \
+    {.one = tensor_x8_##t##_avx2, .max_t = 2},                                          \
+    {.one = tensor_x8_##t##_avx512, .max_t = TENSOR_X8_HALF_AVX512_MAX_T}
+#else
+#define HALF_LEVELS(t) {0}, {0}
+#endif
+    static const x8_type f16 = {
+        sizeof(block_halfx8), TENSOR_X8_HALF_ELEMS, tensor_x8_pack_half,
+        {{.one = tensor_x8_f16_scalar, .max_t = TENSOR_X8_MAX_T}, HALF_LEVELS(f16)}};
+    static const x8_type bf16 = {
+        sizeof(block_halfx8), TENSOR_X8_HALF_ELEMS, tensor_x8_pack_half,
+        {{.one = tensor_x8_bf16_scalar, .max_t = TENSOR_X8_MAX_T}, HALF_LEVELS(bf16)}};
+#undef HALF_LEVELS
     switch (type) {
+    case STRATA_TYPE_F16: return &f16;
+    case STRATA_TYPE_BF16: return &bf16;
     case STRATA_TYPE_Q4_0: return &q4_0;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
+    case STRATA_TYPE_Q5_K: return &q5_k;
     case STRATA_TYPE_Q6_K: return &q6_k;
+    case STRATA_TYPE_IQ4_NL: return &iq4_nl;
+    case STRATA_TYPE_IQ4_XS: return &iq4_xs;
     default: return NULL;
     }
 }
@@ -122,7 +153,9 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
         return 0;
-    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K)
+    if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float);
+    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
+        type == STRATA_TYPE_IQ4_XS)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
@@ -163,13 +196,19 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_Q4_0:
         return avx512 ? tensor_x8_q4_0_quantize_act_avx512 : tensor_x8_q4_0_quantize_act;
     case STRATA_TYPE_Q8_0:
+    case STRATA_TYPE_IQ4_NL:
         return avx512 ? tensor_x8_q8_0_quantize_act_avx512 : tensor_x8_q8_0_quantize_act;
 #else
     case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
-    case STRATA_TYPE_Q8_0: return tensor_x8_q8_0_quantize_act;
+    case STRATA_TYPE_Q8_0:
+    case STRATA_TYPE_IQ4_NL: return tensor_x8_q8_0_quantize_act;
 #endif
     case STRATA_TYPE_Q4_K:
-    case STRATA_TYPE_Q6_K: return tensor_get_quant(STRATA_TYPE_Q8_K);
+    case STRATA_TYPE_Q5_K:
+    case STRATA_TYPE_Q6_K:
+    case STRATA_TYPE_IQ4_XS: return tensor_get_quant(STRATA_TYPE_Q8_K);
+    case STRATA_TYPE_F16:
+    case STRATA_TYPE_BF16: return tensor_x8_f32_act;
     default: return NULL;
     }
 }

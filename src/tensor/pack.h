@@ -1,7 +1,7 @@
 /* Row-interleaved ("x8") weight layouts.
  *
- * A matrix of Q4_0, Q8_0, Q4_K or Q6_K weights whose row count is a multiple of 8
- * can be repacked once, at load, so that each group of 8 consecutive rows
+ * A matrix of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS weights whose row
+ * count is a multiple of 8 can be repacked once, at load, so that each group of 8 consecutive rows
  * is stored block by block: the first block of all 8 rows, then the second
  * block of all 8, and so on, with the codes of the 8 rows interleaved 4 by
  * 4 inside each block (pack_internal.h gives the byte layouts). A kernel
@@ -12,11 +12,13 @@
  *
  * A packed matrix is passed to tensor_matmul with its type or'ed with
  * TENSOR_PACKED; everything else about the call is unchanged (the same
- * activation type and scratch size as the unpacked type).
+ * activation type as the unpacked type; ask tensor_matmul_scratch_bytes
+ * with the packed type: F16 and BF16 need scratch packed, none unpacked).
  *
  * Results: per (row, token) pair a packed matrix takes one float step (two
  * with the K-quant mins) per block, accumulated in one float, in block
- * order. That sequence is the same for every batch, tile shape and thread
+ * order (F16 and BF16: one fma per weight in four fixed chains,
+ * pack_internal.h). That sequence is the same for every batch, tile shape and thread
  * count, and at every SIMD level (the scalar kernels are the reference),
  * so batch invariance holds as for the GGUF layout. Packed and unpacked
  * results of the same matrix differ only by float rounding. */
@@ -34,7 +36,7 @@
 #define TENSOR_X8_ROWS 8
 
 /* True when a (n_rows, n_cols) matrix of `type` (a plain GGUF type) can be
- * packed: the type has an x8 layout (Q4_0, Q8_0, Q4_K, Q6_K), n_rows is a
+ * packed: the type has an x8 layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS), n_rows is a
  * positive multiple of 8 and n_cols a whole number of blocks. */
 bool tensor_pack_available(uint32_t type, int64_t n_rows, int64_t n_cols);
 

@@ -22,8 +22,18 @@
  *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
+ *   Q5_K:        as Q4_K, with the 5-bit codes
+ *   IQ4_NL:      as Q8_0, isum over the table values v[q]
+ *   IQ4_XS:      acc = fmaf((float)isum, d_r * dx, acc)
+ *                where isum = sum_s sc_s * (v[q] . x over sub-block s)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
+ *   F16, BF16:   no integer step; four pairs of float sums s[k][p] (k < 4,
+ *                p < 2) start at 0.0f and, for every block in order and
+ *                k, p: s[k][p] = fmaf(w, x, s[k][p]) with w row r's
+ *                element 8 b + 2 k + p (exactly widened) and x the float
+ *                activation of that element; then
+ *                y = ((s00 + s10) + (s20 + s30)) + ((s01 + s11) + (s21 + s31))
  * where d_r, dmin_r are the f16 scales widened to float and dx the
  * activation block's scale (f16 for Q8_0, float for Q8_K); the products
  * d_r * dx are rounded float multiplies. y = acc. Every kernel (scalar or
@@ -94,10 +104,55 @@ typedef struct block_q6_kx8 {
     uint8_t qh[512];
 } block_q6_kx8;
 
+/* Q5_K x8: Q4_K x8's fields (the low 4 bits of each code in qs[]), then
+ *   qh[32 s + 4 r + e]: bit j = bit 4 of row r's code in code vector j
+ *   (0..7) of sub-block s, i.e. of element 32 s + 8 (j / 2) + 4 (j % 2) + e
+ *   (vector j = 2m's low 4 bits are qs[128 s + 32 m + 4 r + e]'s low
+ *   nibble, vector 2m + 1's its high nibble).
+ * w = d * sc_s * q - dmin * mn_s, q in 0..31, as in Q5_K. */
+typedef struct block_q5_kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t sc[64];
+    uint8_t mn[64];
+    uint8_t qs[1024];
+    uint8_t qh[256];
+} block_q5_kx8;
+
+/* IQ4_NL x8: as Q4_0 x8, the nibbles being indices into
+ * tensor_iq4nl_values (w = d * value[q]). */
+typedef struct block_iq4_nlx8 {
+    uint16_t d[8];
+    uint8_t qs[128];
+} block_iq4_nlx8;
+
+/* IQ4_XS x8: super-block b of rows 0..7 (8 sub-blocks s of 32).
+ *   d[r]: row r's f16 scale.
+ *   sc[8 s + r]: row r's scale of sub-block s, ls - 32 (-32..31).
+ *   qs[]: the indices, interleaved as Q4_K x8's codes.
+ * w = d * sc_s * value[q], as in IQ4_XS. */
+typedef struct block_iq4_xsx8 {
+    uint16_t d[8];
+    int8_t sc[64];
+    uint8_t qs[1024];
+} block_iq4_xsx8;
+
+/* F16 / BF16 x8: a block is 8 elements of rows 0..7,
+ *   w[16 k + 2 r + p], k = 0..3, p = 0..1: row r's element 2k + p (the
+ *   type's 16-bit value, unchanged).
+ * 16 consecutive halves are float lanes 2r + p of a 16-lane vector. */
+#define TENSOR_X8_HALF_ELEMS 8
+typedef struct block_halfx8 {
+    uint16_t w[8 * TENSOR_X8_HALF_ELEMS];
+} block_halfx8;
+
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
+_Static_assert(sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl), "IQ4_NLx8 is 8 IQ4_NL blocks");
+_Static_assert(sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs) + 16, "IQ4_XSx8 is 8 IQ4_XS blocks + 16 bytes");
+_Static_assert(sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) + 32, "Q5_Kx8 is 8 Q5_K blocks + 32 bytes");
 
 /* Most tokens one kernel call takes, at any level (a level's own limit is
  * tensor_x8_kernels.max_t). */
@@ -132,6 +187,18 @@ bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void 
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
+
+/* Row r (0..7) of one packed group of n elements per row back in its GGUF
+ * layout at dst (pack_unpack.c's row_<type> for the types of their own
+ * files). */
+void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -140,6 +207,16 @@ void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 void tensor_x8_q4_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q5_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
+void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
+void tensor_x8_f16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_bf16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 
 #if defined(__x86_64__)
@@ -152,6 +229,23 @@ void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
                          size_t ys, int nt);
 void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
+void tensor_x8_q5_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+/* F16 / BF16 (pack_bf16.c): up to 2 tokens at AVX2, one group and up to
+ * TENSOR_X8_HALF_AVX512_MAX_T tokens at AVX-512 (no pair kernel). */
+#define TENSOR_X8_HALF_AVX512_MAX_T 6
+void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                        size_t ys, int nt);
+void tensor_x8_bf16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_f16_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_bf16_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
  * strata_cpu_level() says AVX512. One group and pairs, up to
@@ -166,6 +260,9 @@ TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
+TENSOR_X8_AVX512_DECL(q5_k);   /* pack_q5_k.c */
+TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
+TENSOR_X8_AVX512_DECL(iq4_xs);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 #endif
@@ -184,10 +281,11 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0 and Q8_0, Q8_K for Q4_K and Q6_K), except that
- * a Q4_0 or Q8_0 row is followed, from the next 4-byte boundary
+ * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
+ * F32 for F16 and BF16),
+ * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
- * activation codes times -8 (Q4_0) or -128 (Q8_0). The kernels that keep
+ * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
  * the weight codes unsigned (Q4_0's q, Q8_0's q + 128 at AVX-512) take
  * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
@@ -197,6 +295,27 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
 tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
+void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */
+
+/* BF16 weights (x8 layout) x bf16 activations by VDPBF16PS (pack_bf16.c):
+ * not the float steps above, and not used by tensor_matmul (the activations
+ * are rounded to bf16). Per (row, token) four sums s[k] (k < 4), each
+ * taking per block the instruction's step on the pair 2k, 2k + 1:
+ *   s = ftz(ftz(s + w1 * x1) + w0 * x0)   (exact products, inputs flushed)
+ * then y = (s0 + s1) + (s2 + s3). The activation row (tensor_x8_bf16_dot_act,
+ * tensor_x8_bf16_dot_act_bytes) holds, per block b and pair k, 16 halves:
+ * the bf16 values of elements 8 b + 2 k and 8 b + 2 k + 1, repeated for the
+ * 8 rows (128 bytes per 8 elements), so a kernel loads it as it loads the
+ * weights. The AVX-512 kernel needs strata_cpu_get()->avx512bf16; nt <=
+ * TENSOR_X8_HALF_AVX512_MAX_T. */
+void tensor_x8_bf16_dot_act(const float *x, void *dst, int64_t n);
+size_t tensor_x8_bf16_dot_act_bytes(int64_t n);
+void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                               size_t ys, int nt);
+#if defined(__x86_64__)
+void tensor_x8_bf16_dot_avx512bf16(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                                   size_t ys, int nt);
+#endif
 void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n);
 
 /* Bytes of one interleaved block of 8 rows, and elements per source block;

@@ -332,7 +332,7 @@ static void expect_same_logits(model *packed, model *plain, const int32_t *ids, 
     expect_same_logits_tol(packed, plain, ids, n, n_threads, label, 1e-4);
 }
 
-/* Matrices of Q4_0, Q8_0, Q4_K and Q6_K are repacked at load (tensor/pack.h);
+/* Matrices of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, F16 and BF16 are repacked at load (tensor/pack.h);
  * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
  * float rounding. */
 static void test_repack(void **state)
@@ -341,7 +341,12 @@ static void test_repack(void **state)
     static const char *const files[] = {"golden/models/llama-Q4_0.gguf",
                                         "golden/models/qwen2-Q8_0.gguf",
                                         "golden/models/qwen3-Q4_K.gguf",
-                                        "golden/models/llama-Q6_K.gguf"};
+                                        "golden/models/llama-Q6_K.gguf",
+                                        "golden/models/llama-Q5_K.gguf",
+                                        "golden/models/llama-IQ4_NL.gguf",
+                                        "golden/models/llama-IQ4_XS.gguf",
+                                        "golden/models/llama-F16.gguf",
+                                        "golden/models/llama-BF16.gguf"};
     const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3, 7};
     const int64_t n = (int64_t)(sizeof ids / sizeof ids[0]);
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {

@@ -43,12 +43,22 @@
 #endif
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
-                                   STRATA_TYPE_Q6_K};
+                                   STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
+                                   STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+static bool is_half(uint32_t type)
+{
+    return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
+}
 
 static uint32_t act_type(uint32_t type)
 {
-    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q6_K ? STRATA_TYPE_Q8_K : STRATA_TYPE_Q8_0;
+    if (is_half(type)) return STRATA_TYPE_F32;
+    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
+                   type == STRATA_TYPE_IQ4_XS
+               ? STRATA_TYPE_Q8_K
+               : STRATA_TYPE_Q8_0;
 }
 
 /* ---------------------------------------------------- the reference */
@@ -70,6 +80,18 @@ static void q4k_scale_min(const uint8_t *sc, int s, int *scale, int *min)
 static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n)
 {
     float acc = 0.0f;
+    if (is_half(type)) {
+        /* pack_internal.h: sums s[k][p] of elements 8 b + 2 k + p */
+        const uint16_t *w = row;
+        const float *x = xrow;
+        float s[4][2] = {{0}};
+        for (int64_t i = 0; i < n; i++) {
+            float wv = type == STRATA_TYPE_F16 ? tensor_f16_to_f32(w[i]) : tensor_bf16_to_f32(w[i]);
+            s[(i % 8) / 2][i % 2] = fmaf(wv, x[i], s[(i % 8) / 2][i % 2]);
+        }
+        return ((s[0][0] + s[1][0]) + (s[2][0] + s[3][0])) +
+               ((s[0][1] + s[1][1]) + (s[2][1] + s[3][1]));
+    }
     if (type == STRATA_TYPE_Q6_K) {
         const block_q6_k *w = row;
         const block_q8_k *x = xrow;
@@ -86,6 +108,50 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
                 isum += w[ib].scales[g] * dot;
             }
             acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_IQ4_XS) {
+        const block_iq4_xs *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0;
+            for (int s = 0; s < 8; s++) {
+                int ls = ((w[ib].scales_l[s / 2] >> (4 * (s % 2))) & 15) |
+                         ((w[ib].scales_h >> (2 * s)) & 3) << 4;
+                int32_t dot = 0;
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t *qs = w[ib].qs + 16 * s;
+                    int q = l < 16 ? qs[l] & 15 : qs[l - 16] >> 4;
+                    dot += tensor_iq4nl_values[q] * x[ib].qs[32 * s + l];
+                }
+                isum += (ls - 32) * dot;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_Q5_K) {
+        const block_q5_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0, imin = 0;
+            for (int s = 0; s < 8; s++) {
+                int sc, mn;
+                q4k_scale_min(w[ib].scales, s, &sc, &mn);
+                int32_t dot = 0, xs = 0;
+                for (int i = 32 * s; i < 32 * s + 32; i++) {
+                    int l = i % 32;
+                    int q = ((w[ib].qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15) |
+                            ((w[ib].qh[l] >> s) & 1) << 4;
+                    dot += q * x[ib].qs[i];
+                    xs += x[ib].qs[i];
+                }
+                isum += sc * dot;
+                imin += mn * xs;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+            acc = fmaf(-(float)imin, tensor_f16_to_f32(w[ib].dmin) * x[ib].d, acc);
         }
         return acc;
     }
@@ -116,7 +182,14 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         int32_t isum = 0;
         uint16_t d;
-        if (type == STRATA_TYPE_Q4_0) {
+        if (type == STRATA_TYPE_IQ4_NL) {
+            const block_iq4_nl *w = (const block_iq4_nl *)row + ib;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
+                isum += tensor_iq4nl_values[q] * x[ib].qs[i];
+            }
+            d = w->d;
+        } else if (type == STRATA_TYPE_Q4_0) {
             const block_q4_0 *w = (const block_q4_0 *)row + ib;
             for (int i = 0; i < 32; i++) {
                 int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
@@ -143,6 +216,22 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
                          strata_rng *rng)
 {
     size_t bytes = strata_type_row_bytes(type, n) * (size_t)n_rows;
+    if (is_half(type)) {
+        /* finite values: random normals, the largest (all bits set but
+         * the exponent's lowest), zeros, or the extremes with subnormals */
+        uint16_t *h = w;
+        const bool f16 = type == STRATA_TYPE_F16;
+        for (size_t i = 0; i < bytes / 2; i++) {
+            float v = (float)strata_rng_normal(rng);
+            uint16_t big = f16 ? 0xfbff : 0xff7f, tiny = f16 ? 0x8001 : 0x8001;
+            h[i] = f == FILL_ONES    ? big
+                   : f == FILL_ZERO  ? 0
+                   : f == FILL_EXTREME ? (i % 3 == 0 ? tiny : (uint16_t)(big ^ (i & 1 ? 0x8000 : 0)))
+                   : f16             ? tensor_f32_to_f16(v)
+                                     : tensor_f32_to_bf16(v);
+        }
+        return;
+    }
     uint8_t *p = w;
     for (size_t i = 0; i < bytes; i++)
         p[i] = f == FILL_ONES ? 0xff : f == FILL_ZERO ? 0 : (uint8_t)strata_rng_next(rng);
@@ -158,6 +247,16 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
             block_q4_k *k = (block_q4_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
+        } else if (type == STRATA_TYPE_Q5_K) {
+            block_q5_k *k = (block_q5_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
+        } else if (type == STRATA_TYPE_IQ4_XS) {
+            block_iq4_xs *k = (block_iq4_xs *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_IQ4_NL) {
+            block_iq4_nl *k = (block_iq4_nl *)w + b;
+            k->d = tensor_f32_to_f16(dv);
         } else if (type == STRATA_TYPE_Q8_0) {
             block_q8_0 *q = (block_q8_0 *)w + b;
             q->d = tensor_f32_to_f16(dv);
@@ -183,7 +282,13 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
     assert_non_null(a);
     for (int64_t t = 0; t < n_tok; t++) {
         char *row = a + (size_t)t * rb;
-        if (act_type(type) == STRATA_TYPE_Q8_K) {
+        if (act_type(type) == STRATA_TYPE_F32) {
+            /* extremes that keep bf16's largest weights finite in a sum */
+            float *x = (float *)row;
+            for (int64_t i = 0; i < n; i++)
+                x[i] = extreme ? (i % 3 == 0 ? 1e-40f : i % 3 == 1 ? -3.0f : 1e-30f)
+                               : (float)strata_rng_normal(rng);
+        } else if (act_type(type) == STRATA_TYPE_Q8_K) {
             block_q8_k *x = (block_q8_k *)row;
             for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
                 x[ib].d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
@@ -355,7 +460,8 @@ static void test_act_quant_levels(void **state)
     blk = x + 32 * 9; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? -127.0f : -(float)i - 0.5f;
     blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
     blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
-    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K};
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                              STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
@@ -429,7 +535,7 @@ static void test_matmul_packed(void **state)
         assert_int_equal(tensor_matmul(NULL, pt, p, n_rows, n, x, n_tok, y_all, scratch), 0);
 
         /* close to the GGUF layout's product */
-        void *scratch_un = malloc(tensor_matmul_scratch_bytes(type, n, n_tok));
+        void *scratch_un = malloc(tensor_matmul_scratch_bytes(type, n, n_tok) + 1);
         assert_non_null(scratch_un);
         assert_int_equal(tensor_matmul(NULL, type, w, n_rows, n, x, n_tok, y_un, scratch_un), 0);
         double max_ref = 0, max_diff = 0;
@@ -529,6 +635,75 @@ static void test_matmul_levels(void **state)
     strata_pool_free(pool2);
 }
 
+/* ---------------------------------------------------- VDPBF16PS */
+
+/* The VDPBF16PS kernel (not used by tensor_matmul) against its own scalar
+ * reference, bit for bit, where the CPU has AVX512_BF16; the reference
+ * against the exact float x8 path within a stated tolerance: bf16
+ * activations are rounded to 8 significant bits, so |y - exact| <=
+ * 2^-8 * sum |w x| plus the float sums' rounding (taken as 2^-20 of it). */
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    strata_rng rng;
+    strata_rng_seed(&rng, 4242);
+    const int64_t n_rows = 16, n = 136, n_tok = TENSOR_X8_HALF_AVX512_MAX_T + 1;
+    const uint32_t type = STRATA_TYPE_BF16;
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n_rows * n));
+    float *x = malloc(sizeof(float) * (size_t)(n * n_tok));
+    assert_non_null(w);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n_rows * n; i++)
+        w[i] = tensor_f32_to_bf16((float)strata_rng_normal(&rng));
+    w[3] = 0x0001; /* a subnormal weight: flushed by the instruction */
+    for (int64_t i = 0; i < n * n_tok; i++) x[i] = (float)strata_rng_normal(&rng);
+    void *p = pack_new(type, w, n_rows, n);
+    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
+    const size_t xb = tensor_x8_bf16_dot_act_bytes(n);
+    char *xq = malloc(xb * (size_t)n_tok);
+    assert_non_null(xq);
+    for (int64_t t = 0; t < n_tok; t++) tensor_x8_bf16_dot_act(x + t * n, xq + (size_t)t * xb, n);
+    float want[8 * 8], got[8 * 8], exact[8 * 8];
+    for (int64_t g = 0; g < n_rows / 8; g++) {
+        const char *pg = (const char *)p + (size_t)g * group_bytes;
+        tensor_x8_bf16_dot_scalar(n, pg, xq, xb, want, 8, (int)n_tok);
+        tensor_x8_bf16_scalar(n, pg, x, sizeof(float) * (size_t)n, exact, 8, (int)n_tok);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int r = 0; r < 8; r++) {
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    mag += fabs((double)tensor_bf16_to_f32(w[(8 * g + r) * n + i]) * x[t * n + i]);
+                double err = fabs((double)want[8 * t + r] - (double)exact[8 * t + r]);
+                if (err > mag * (1.0 / 256 + 1.0 / (1 << 20)))
+                    fail_msg("bf16 dot row %lld token %lld: %.9g, exact %.9g (bound %.3g)",
+                             (long long)(8 * g + r), (long long)t, (double)want[8 * t + r],
+                             (double)exact[8 * t + r], mag / 256);
+            }
+#if defined(__x86_64__)
+        if (!strata_cpu_get()->avx512bf16) continue;
+        for (int nt = 1; nt <= TENSOR_X8_HALF_AVX512_MAX_T; nt++)
+            for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+                tensor_x8_bf16_dot_avx512bf16(n, pg, xq + (size_t)t0 * xb, xb, got, 8, nt);
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < 8; r++)
+                        if (!same_bits(got[8 * t + r], want[8 * (t0 + t) + r]))
+                            fail_msg("bf16 dot avx512bf16 nt %d row %lld token %lld: %.9g, "
+                                     "reference %.9g",
+                                     nt, (long long)(8 * g + r), (long long)(t0 + t),
+                                     (double)got[8 * t + r], (double)want[8 * (t0 + t) + r]);
+            }
+#endif
+    }
+#if defined(__x86_64__)
+    if (!strata_cpu_get()->avx512bf16)
+        printf("# bf16 dot kernel skipped: this CPU has no AVX512_BF16\n");
+#endif
+    free(xq);
+    free(p);
+    free(x);
+    free(w);
+}
+
 /* ---------------------------------------------------- (c) API */
 
 static void test_api(void **state)
@@ -541,14 +716,24 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_0, 8, 48));   /* not whole blocks */
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
     assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));  /* no x8 layout */
-    assert_false(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
+    assert_true(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
+    assert_true(tensor_pack_available(STRATA_TYPE_BF16, 16, 8));
+    assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
+    assert_false(tensor_pack_available(STRATA_TYPE_F32, 8, 32));    /* no x8 layout */
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_F16, 16, 24), 16 * 24 * 2);
+    assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_BF16, 24), 24 * sizeof(float));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 8, 256), 0);
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_K | TENSOR_PACKED));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 16, 256), 2 * sizeof(block_q5_kx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 8, 256), 0);
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
+    assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];
@@ -578,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_act_quant_levels),
         cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_matmul_levels),
+        cmocka_unit_test(test_bf16_dot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

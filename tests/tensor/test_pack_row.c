@@ -62,6 +62,14 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q4_K, 8, 2048, 6);
     roundtrip(STRATA_TYPE_Q6_K, 16, 256, 7);
     roundtrip(STRATA_TYPE_Q6_K, 8, 2048, 8);
+    roundtrip(STRATA_TYPE_Q5_K, 16, 256, 9);
+    roundtrip(STRATA_TYPE_Q5_K, 8, 2048, 10);
+    roundtrip(STRATA_TYPE_IQ4_NL, 16, 96, 11);
+    roundtrip(STRATA_TYPE_IQ4_NL, 8, 2048, 12);
+    roundtrip(STRATA_TYPE_IQ4_XS, 16, 256, 13);
+    roundtrip(STRATA_TYPE_IQ4_XS, 8, 2048, 14);
+    roundtrip(STRATA_TYPE_F16, 16, 40, 15);
+    roundtrip(STRATA_TYPE_BF16, 8, 2048, 16);
 }
 
 static void test_refuses_what_has_no_layout(void **state)
@@ -69,7 +77,7 @@ static void test_refuses_what_has_no_layout(void **state)
     (void)state;
     uint8_t packed[64] = {0}, dst[64];
     memset(dst, 0x11, sizeof(dst));
-    assert_false(tensor_pack_row(STRATA_TYPE_F16, packed, 8, 32, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_F32, packed, 8, 32, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_Q4_0, packed, 7, 32, 0, dst)); /* rows not x8 */
     assert_false(tensor_pack_row(STRATA_TYPE_Q8_0, packed, 8, 33, 0, dst)); /* partial block */
     for (size_t i = 0; i < sizeof(dst); i++) assert_int_equal(dst[i], 0x11);

@@ -1,0 +1,97 @@
+/* Helpers shared by the AVX-512 x8 kernels (pack_avx512.c and the
+ * AVX-512 parts of pack_<type>.c): a 512-bit vector holds two groups, the
+ * low 256 bits group g, the high 256 bits group g + 1 (pack_avx512.c says
+ * why). Internal to src/tensor/. Include after <immintrin.h> on x86-64. */
+#ifndef STRATA_TENSOR_PACK_AVX512_H
+#define STRATA_TENSOR_PACK_AVX512_H
+
+#if defined(__x86_64__)
+
+#include "tensor/pack_internal.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define X8_AVX512_ATTRS target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define X8_AVX512_TARGET __attribute__((X8_AVX512_ATTRS))
+#define X8_AVX512_INLINE static inline __attribute__((always_inline, X8_AVX512_ATTRS))
+
+#define X8_AVX512_MAX_T TENSOR_X8_AVX512_MAX_T
+
+/* 32 bytes at a (group g) in the low half, 32 at b (group g + 1) in the
+ * high half; NG == 1: the high half zero. */
+X8_AVX512_INLINE __m512i load_pair256(const void *a, const void *b, const int NG)
+{
+    const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)a));
+    if (NG == 1) return lo;
+    return _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* The 8 f16 scales at a and the 8 at b as 16 floats (lane r = row r). */
+X8_AVX512_INLINE __m512 load_scales(const uint16_t *a, const uint16_t *b, const int NG)
+{
+    __m256i h = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)a));
+    if (NG == 2) h = _mm256_inserti128_si256(h, _mm_loadu_si128((const __m128i *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* 4 bytes at p in every int32 lane. */
+X8_AVX512_INLINE __m512i bcast4_512(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Asks for every cache line of `bytes` at p + ahead. */
+X8_AVX512_INLINE void prefetch_lines(const void *p, size_t bytes, size_t ahead)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+}
+
+X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
+{
+    if (NG == 2)
+        _mm512_storeu_ps(y, v);
+    else
+        _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
+}
+
+/* One instantiation per (groups, tokens) shape: NG and NT are constants in
+ * each, so the accumulator arrays live in registers. */
+#define X8_AVX512_SET(t)                                                                      \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512(int64_t n, const void *w, const void *x,         \
+                                            size_t xs, float *y, size_t ys, int nt)           \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, 0, x, xs, y, ys, 1, 1); break;                                 \
+        case 2: t##_tile(n, w, 0, x, xs, y, ys, 1, 2); break;                                 \
+        case 3: t##_tile(n, w, 0, x, xs, y, ys, 1, 3); break;                                 \
+        case 4: t##_tile(n, w, 0, x, xs, y, ys, 1, 4); break;                                 \
+        case 5: t##_tile(n, w, 0, x, xs, y, ys, 1, 5); break;                                 \
+        case 6: t##_tile(n, w, 0, x, xs, y, ys, 1, 6); break;                                 \
+        case 7: t##_tile(n, w, 0, x, xs, y, ys, 1, 7); break;                                 \
+        default: t##_tile(n, w, 0, x, xs, y, ys, 1, 8); break;                                \
+        }                                                                                     \
+    }                                                                                         \
+    X8_AVX512_TARGET void tensor_x8_##t##_avx512_pair(int64_t n, const void *w, size_t gs,            \
+                                             const void *x, size_t xs, float *y, size_t ys,   \
+                                             int nt)                                          \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: t##_tile(n, w, gs, x, xs, y, ys, 2, 1); break;                                \
+        case 2: t##_tile(n, w, gs, x, xs, y, ys, 2, 2); break;                                \
+        case 3: t##_tile(n, w, gs, x, xs, y, ys, 2, 3); break;                                \
+        case 4: t##_tile(n, w, gs, x, xs, y, ys, 2, 4); break;                                \
+        case 5: t##_tile(n, w, gs, x, xs, y, ys, 2, 5); break;                                \
+        case 6: t##_tile(n, w, gs, x, xs, y, ys, 2, 6); break;                                \
+        case 7: t##_tile(n, w, gs, x, xs, y, ys, 2, 7); break;                                \
+        default: t##_tile(n, w, gs, x, xs, y, ys, 2, 8); break;                               \
+        }                                                                                     \
+    }
+
+#endif /* __x86_64__ */
+
+#endif

@@ -1,0 +1,459 @@
+/* IQ4_NL x8 and IQ4_XS x8: the packers and the kernels at every level
+ * (pack_internal.h has the layouts and the float steps).
+ *
+ * Both types store 4-bit indices into one fixed table of 16 int8 values
+ * (tensor_iq4nl_values). The packed layouts keep the indices, interleaved
+ * as Q4_0's (IQ4_NL) and Q4_K's (IQ4_XS) codes; a kernel turns 32 of them
+ * into values with one byte shuffle of the table. IQ4_NL's activations are
+ * Q8_0 rows with the -128 sums (as Q8_0's: the AVX-512 kernel adds 128 to
+ * the values to make them VPDPBUSD's unsigned operand); IQ4_XS's are Q8_K
+ * rows, whose bsums take the same offset off per sub-block. */
+#include "tensor/fp16.h"
+#include "tensor/pack_internal.h"
+
+#if defined(__x86_64__)
+#include "tensor/pack_avx512.h"
+#include "tensor/vecdot_x86.h"
+#endif
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Index (0..15) of element i (0..31) of 16 bytes in Q4_0's nibble layout. */
+static int nibble_code(const uint8_t *qs, int i)
+{
+    return i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+}
+
+/* Puts index q of element i into 16 bytes of that layout (zeroed first). */
+static void nibble_put(uint8_t *qs, int i, int q)
+{
+    qs[i % 16] |= (uint8_t)(q << (i < 16 ? 0 : 4));
+}
+
+/* The element of a 32-element block that code vector j (0..7) holds in
+ * byte 4r + e (as Q4_0's and Q4_K's: low nibbles j even, high j odd). */
+static int x8_elem(int j, int e)
+{
+    return 8 * (j / 2) + 4 * (j % 2) + e;
+}
+
+/* ------------------------------------------------------------ IQ4_NL */
+
+bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    block_iq4_nlx8 *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        block_iq4_nlx8 *o = &out[ib];
+        for (int r = 0; r < 8; r++) {
+            const block_iq4_nl *b =
+                (const block_iq4_nl *)((const char *)src + (size_t)r * src_row_bytes) + ib;
+            o->d[r] = b->d;
+            for (int m = 0; m < 4; m++)
+                for (int e = 0; e < 4; e++)
+                    o->qs[32 * m + 4 * r + e] =
+                        (uint8_t)(nibble_code(b->qs, x8_elem(2 * m, e)) |
+                                  nibble_code(b->qs, x8_elem(2 * m + 1, e)) << 4);
+        }
+    }
+    return true; /* every index fits */
+}
+
+/* Index of row r in code vector j, byte e, of 128 interleaved bytes. */
+static int x8_code(const uint8_t *qs, int j, int r, int e)
+{
+    const uint8_t q = qs[32 * (j / 2) + 4 * r + e];
+    return j % 2 ? q >> 4 : q & 15;
+}
+
+void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst)
+{
+    const block_iq4_nlx8 *g = group;
+    block_iq4_nl *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        out[ib].d = g[ib].d[r];
+        memset(out[ib].qs, 0, sizeof out[ib].qs);
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 4; e++)
+                nibble_put(out[ib].qs, x8_elem(j, e), x8_code(g[ib].qs, j, r, e));
+    }
+}
+
+static int32_t iq4_nlx8_isum(const void *block, int r, const int8_t *xq)
+{
+    const block_iq4_nlx8 *b = block;
+    int32_t isum = 0;
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++)
+            isum += tensor_iq4nl_values[x8_code(b->qs, j, r, e)] * xq[x8_elem(j, e)];
+    return isum;
+}
+
+void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt)
+{
+    tensor_x8_scalar32(n, w, sizeof(block_iq4_nlx8), iq4_nlx8_isum, x, xs, y, ys, nt);
+}
+
+/* ------------------------------------------------------------ IQ4_XS */
+
+bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    block_iq4_xsx8 *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        block_iq4_xsx8 *o = &out[ib];
+        for (int r = 0; r < 8; r++) {
+            const block_iq4_xs *b =
+                (const block_iq4_xs *)((const char *)src + (size_t)r * src_row_bytes) + ib;
+            o->d[r] = b->d;
+            for (int s = 0; s < 8; s++) {
+                const int ls = ((b->scales_l[s / 2] >> (4 * (s % 2))) & 15) |
+                               ((b->scales_h >> (2 * s)) & 3) << 4;
+                o->sc[8 * s + r] = (int8_t)(ls - 32);
+                const uint8_t *qs = b->qs + 16 * s;
+                for (int m = 0; m < 4; m++)
+                    for (int e = 0; e < 4; e++)
+                        o->qs[128 * s + 32 * m + 4 * r + e] =
+                            (uint8_t)(nibble_code(qs, x8_elem(2 * m, e)) |
+                                      nibble_code(qs, x8_elem(2 * m + 1, e)) << 4);
+            }
+        }
+    }
+    return true; /* every index and 6-bit scale fits */
+}
+
+void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst)
+{
+    const block_iq4_xsx8 *g = group;
+    block_iq4_xs *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        const block_iq4_xsx8 *b = &g[ib];
+        block_iq4_xs *o = &out[ib];
+        o->d = b->d[r];
+        o->scales_h = 0;
+        memset(o->scales_l, 0, sizeof o->scales_l);
+        memset(o->qs, 0, sizeof o->qs);
+        for (int s = 0; s < 8; s++) {
+            const int ls = b->sc[8 * s + r] + 32;
+            o->scales_l[s / 2] |= (uint8_t)((ls & 15) << (4 * (s % 2)));
+            o->scales_h |= (uint16_t)((ls >> 4) << (2 * s));
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++)
+                    nibble_put(o->qs + 16 * s, x8_elem(j, e), x8_code(b->qs + 128 * s, j, r, e));
+        }
+    }
+}
+
+/* The reference: pack_internal.h's float steps, one (row, token) pair at a
+ * time, the integer sums element by element. */
+void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt)
+{
+    const block_iq4_xsx8 *wb = w;
+    const int64_t nb = n / TENSOR_QK_K;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_k *xb = (const block_q8_k *)((const char *)x + (size_t)t * xs);
+        float acc[8] = {0};
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const block_iq4_xsx8 *b = &wb[ib];
+            for (int r = 0; r < 8; r++) {
+                int32_t isum = 0;
+                for (int s = 0; s < 8; s++) {
+                    int32_t part = 0;
+                    for (int j = 0; j < 8; j++)
+                        for (int e = 0; e < 4; e++)
+                            part += tensor_iq4nl_values[x8_code(b->qs + 128 * s, j, r, e)] *
+                                    xb[ib].qs[32 * s + x8_elem(j, e)];
+                    isum += b->sc[8 * s + r] * part;
+                }
+                float dd = tensor_f16_to_f32(b->d[r]) * xb[ib].d;
+                acc[r] = fmaf((float)isum, dd, acc[r]);
+            }
+        }
+        for (int r = 0; r < 8; r++) y[(size_t)t * ys + r] = acc[r];
+    }
+}
+
+#if defined(__x86_64__)
+
+/* Two interleaved blocks ahead, as Q4_K's (pack_q4_k.c says why). */
+#define IQ4_XSX8_PREFETCH (2 * sizeof(block_iq4_xsx8))
+
+/* ------------------------------------------------------------ AVX2 */
+
+/* IQ4_NL, one group x NT tokens: Q8_0's x8 kernel (pack_q8_0.c) on the
+ * values v (in [-127, 113], from the table by a byte shuffle of the
+ * indices): maddubs(|v|, sign(x, v)) with |x| <= 127 (the Q8_0 quantizer's
+ * clamp), each int16 pair at most 2 * 127 * 127 = 32258, widened to int32
+ * at once by madd with ones. |isum| <= 32 * 127 * 127 < 2^19. */
+TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, size_t xs,
+                                      float *y, size_t ys, const int NT)
+{
+    const block_iq4_nlx8 *wb = w;
+    const int64_t nb = n / TENSOR_QK;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values));
+    __m256 acc[TENSOR_X8_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_iq4_nlx8 *b = &wb[ib];
+        for (size_t off = 0; off < sizeof(block_iq4_nlx8); off += 64)
+            _mm_prefetch((const char *)b + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
+        const block_q8_0 *xb[TENSOR_X8_MAX_T];
+        __m256i isum[TENSOR_X8_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_0 *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm256_setzero_si256();
+        }
+        for (int m = 0; m < 4; m++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
+            const __m256i v[2] = {
+                _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4)),
+                _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4))};
+            for (int k = 0; k < 2; k++) {
+                const __m256i va = _mm256_abs_epi8(v[k]);
+                for (int t = 0; t < NT; t++) {
+                    const __m256i xq =
+                        _mm256_sign_epi8(tensor_bcast4(xb[t]->qs + 4 * (2 * m + k)), v[k]);
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(va, xq), ones);
+                    isum[t] = _mm256_add_epi32(isum[t], p);
+                    if (NT > 1) __asm__("" : "+x"(isum[t]));
+                }
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        for (int t = 0; t < NT; t++) {
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb[t]->d)));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+TENSOR_AVX2_TARGET void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x,
+                                              size_t xs, float *y, size_t ys, int nt)
+{
+    switch (nt) {
+    case 1: iq4_nlx8_tile(n, w, x, xs, y, ys, 1); break;
+    case 2: iq4_nlx8_tile(n, w, x, xs, y, ys, 2); break;
+    case 3: iq4_nlx8_tile(n, w, x, xs, y, ys, 3); break;
+    default: iq4_nlx8_tile(n, w, x, xs, y, ys, 4); break;
+    }
+}
+
+/* IQ4_XS, one group x NT tokens. The Q8_K activations can be -128, which
+ * sign(x, v) cannot negate, so the roles swap: maddubs(|x|, sign(v, x))
+ * (|x| <= 128 as an unsigned byte, v in [-127, 113] negates exactly) gives
+ * int16 pairs of x * v, each at most 2 * 128 * 127 = 32512, and the madd
+ * with the row's scale in both int16 lanes of int32 lane r (int8 scales in
+ * [-32, 31], sign-extended) adds sc * (4 products) in int32 at once.
+ * |isum| <= 256 * 32 * 128 * 127 < 2^28. */
+TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, size_t xs,
+                                      float *y, size_t ys, const int NT)
+{
+    const block_iq4_xsx8 *wb = w;
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values));
+    /* scale byte r (of 8, broadcast to each 64-bit lane) to the high byte
+     * of int16 lanes 2r, 2r+1; an arithmetic shift then sign-extends it */
+    const __m256i sc_hi = _mm256_setr_epi8(
+        -1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,
+        -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7);
+    __m256 acc[TENSOR_X8_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_iq4_xsx8 *b = &wb[ib];
+        const block_q8_k *xb[TENSOR_X8_MAX_T];
+        __m256i isum[TENSOR_X8_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm256_setzero_si256();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *qs = b->qs + 128 * s;
+            _mm_prefetch((const char *)qs + IQ4_XSX8_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)qs + IQ4_XSX8_PREFETCH + 64, _MM_HINT_T0);
+            int64_t sc8;
+            memcpy(&sc8, b->sc + 8 * s, 8);
+            const __m256i sc16 =
+                _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), sc_hi), 8);
+            __m256i v[8];
+            for (int m = 0; m < 4; m++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
+                v[2 * m] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+                v[2 * m + 1] =
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                for (int j = 0; j < 8; j++) {
+                    const __m256i xv = tensor_bcast4(xq + 4 * j);
+                    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xv),
+                                                           _mm256_sign_epi8(v[j], xv));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc16));
+                }
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        for (int t = 0; t < NT; t++) {
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
+}
+
+TENSOR_AVX2_TARGET void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x,
+                                              size_t xs, float *y, size_t ys, int nt)
+{
+    switch (nt) {
+    case 1: iq4_xsx8_tile(n, w, x, xs, y, ys, 1); break;
+    case 2: iq4_xsx8_tile(n, w, x, xs, y, ys, 2); break;
+    case 3: iq4_xsx8_tile(n, w, x, xs, y, ys, 3); break;
+    default: iq4_xsx8_tile(n, w, x, xs, y, ys, 4); break;
+    }
+}
+
+/* ------------------------------------------------------------ AVX-512 */
+
+/* The table plus 128 (1..241): VPDPBUSD's unsigned operand. */
+X8_AVX512_INLINE __m512i iq4_table_u8(void)
+{
+    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values),
+                                   _mm_set1_epi8((char)0x80));
+    return _mm512_broadcast_i32x4(t);
+}
+
+/* IQ4_NL, 16 rows x NT tokens: Q8_0's AVX-512 kernel (pack_avx512.c) on
+ * the values plus 128, isum starting from the activation row's -128 *
+ * (sum of the block's codes). |isum| <= 32 * 241 * 127 + 128 * 32 * 127
+ * < 2^21. */
+X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                  float *y, size_t ys, const int NG, const int NT)
+{
+    const block_iq4_nlx8 *b0 = w;
+    const block_iq4_nlx8 *b1 = (const block_iq4_nlx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8();
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        prefetch_lines(&b0[ib], sizeof(block_iq4_nlx8), TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_iq4_nlx8), TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        __m512i c[8];
+        for (int m = 0; m < 4; m++) {
+            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
+            c[2 * m] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+            c[2 * m + 1] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        }
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* IQ4_XS, 16 rows x NT tokens. Per sub-block s, VPDPBUSD of the values
+ * plus 128 with the activations in two chains from zero gives p_s, with
+ * |p_s| <= 32 * 241 * 128 = 987136, multiplied by the int8 scale in int32:
+ * |sum_s sc_s p_s| <= 8 * 32 * 987136 < 2^28. The 128 comes off once per
+ * super-block: isum = sum_s sc_s p_s - 128 * sum_s sc_s S_s, S_s the
+ * sub-block sums of the activations (from the bsums, |S_s| <= 4096, int16),
+ * by madd of the scales in pairs (int16 lanes 2r, 2r+1 = sub-blocks 2p,
+ * 2p+1 of row r) with the word (S_2p, S_2p+1): |sum_s sc_s S_s| < 2^21. */
+X8_AVX512_INLINE void iq4_xs_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                  float *y, size_t ys, const int NG, const int NT)
+{
+    const block_iq4_xsx8 *b0 = w;
+    const block_iq4_xsx8 *b1 = (const block_iq4_xsx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8();
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q8_k *xb[X8_AVX512_MAX_T];
+        __m512i isum[X8_AVX512_MAX_T];
+        for (int t = 0; t < NT; t++) {
+            xb[t] = (const block_q8_k *)((const char *)x + (size_t)t * xs) + ib;
+            isum[t] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
+            prefetch_lines(q0, 128, IQ4_XSX8_PREFETCH);
+            if (NG == 2) prefetch_lines(q1, 128, IQ4_XSX8_PREFETCH);
+            __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * s));
+            if (NG == 2)
+                sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
+            const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
+            __m512i c[8];
+            for (int m = 0; m < 4; m++) {
+                const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+                c[2 * m] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+                c[2 * m + 1] =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = xb[t]->qs + 32 * s;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                for (int j = 0; j < 8; j += 2) {
+                    p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
+                    p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
+                }
+                isum[t] = _mm512_add_epi32(
+                    isum[t], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), sc32));
+            }
+        }
+        __m512i scp[4];
+        for (int p = 0; p < 4; p++) {
+            const __m128i a = _mm_unpacklo_epi8(
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p)),
+                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p + 8)));
+            __m256i ab = _mm256_zextsi128_si256(a);
+            if (NG == 2)
+                ab = _mm256_inserti128_si256(
+                    ab,
+                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p)),
+                                      _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p + 8))),
+                    1);
+            scp[p] = _mm512_cvtepi8_epi16(ab);
+        }
+        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        for (int t = 0; t < NT; t++) {
+            /* S_0..S_7 as int16 in the low 128 bits */
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
+                                              _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
+            __m512i off = _mm512_madd_epi16(scp[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 7));
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+X8_AVX512_SET(iq4_nl)
+X8_AVX512_SET(iq4_xs)
+
+#endif /* __x86_64__ */
