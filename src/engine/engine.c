@@ -1127,8 +1127,10 @@ static void compute_logprobs(const engine *e, const float *logits, int32_t tok, 
 }
 
 /* A gen's logits came out: sample, then send the token or end. False
- * when it ended (r is freed). */
-static bool on_logits(engine *e, engine_req *r, const float *logits, proto_buf *out)
+ * when it ended (r is freed). draft: the token drafted for this position
+ * (counted as accepted when the sample equals it), -1 none. */
+static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t draft,
+                      proto_buf *out)
 {
     const proto_gen *g = &r->msg.u.gen;
     const float *to_sample = logits;
@@ -1167,6 +1169,7 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
         return false;
     }
     sampler_accept(r->smp, tok);
+    if (tok == draft) r->n_draft_accepted++;
     if ((!g->ignore_eos && e->is_eog[tok]) || is_stop_token(r, tok)) {
         finish(e, r, PROTO_FINISH_STOP, out);
         return false;
@@ -1225,9 +1228,9 @@ static void spec_verify(engine *e, engine_req *r, proto_buf *out)
         /* positions [0, pos0 + 1 + j) hold accepted tokens: the prompt,
          * what was sent, and drafts 0 .. j-1 that matched */
         r->spec_keep = pos0 + 1 + j;
-        if (!on_logits(e, r, rows + (int64_t)j * e->n_vocab, out)) return; /* settled, freed */
-        if (j == n_draft || r->next_tok != r->draft[j]) break;
-        r->n_draft_accepted++;
+        int32_t draft = j < n_draft ? r->draft[j] : -1;
+        if (!on_logits(e, r, rows + (int64_t)j * e->n_vocab, draft, out)) return; /* freed */
+        if (j == n_draft || r->next_tok != draft) break;
     }
     spec_settle(e, r);
 }
@@ -1450,7 +1453,7 @@ static int64_t run_step(engine *e, proto_buf *out)
         engine_req *r = e->b_reqs[i];
         if (r->state == REQ_DECODE) {
             if (r->step_draft > 0) spec_verify(e, r, out);
-            else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+            else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
             continue;
         }
         r->n_done += r->step_n;
@@ -1458,7 +1461,7 @@ static int64_t run_step(engine *e, proto_buf *out)
         if (r->t_prompt_end < 0) r->t_prompt_end = t_end;
         if (r->is_embed) finish_embed(e, r, out);
         else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
-        else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+        else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
     }
     return n_b;
 }
