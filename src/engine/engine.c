@@ -1066,13 +1066,9 @@ static void plan_step(engine *e)
         if (cap < e->draft_min) continue;
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
         int n_draft = spec_ngram_draft(row, len, r->draft, (int)cap, e->draft_min, e->draft_p_min);
-        int64_t base = kv_seq_blocks_needed(e->kv, r->slot, len);
         int64_t extra = 0;
-        while (n_draft > 0) {
-            extra = kv_seq_blocks_needed(e->kv, r->slot, len + n_draft) - base;
-            if (extra <= (int64_t)kv_free_blocks(e->kv) - reserved) break;
-            n_draft--;
-        }
+        n_draft = spec_fit_blocks(e->kv, r->slot, len, n_draft,
+                                  (int64_t)kv_free_blocks(e->kv) - reserved, &extra);
         if (n_draft < e->draft_min) continue;
         reserved += extra;
         tok_left -= n_draft;

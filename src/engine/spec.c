@@ -76,3 +76,18 @@ int spec_ngram_draft(const int32_t *toks, int64_t n, int32_t *draft, int max_dra
     }
     return n_draft >= min_draft ? n_draft : 0;
 }
+
+int spec_fit_blocks(const kv_cache *kv, int32_t slot, int64_t len, int n_draft, int64_t avail,
+                    int64_t *extra_blocks)
+{
+    const int64_t base = kv_seq_blocks_needed(kv, slot, len);
+    *extra_blocks = 0;
+    for (; n_draft > 0; n_draft--) {
+        int64_t extra = kv_seq_blocks_needed(kv, slot, len + n_draft) - base;
+        if (extra <= avail) {
+            *extra_blocks = extra;
+            break;
+        }
+    }
+    return n_draft;
+}

@@ -17,6 +17,8 @@
 #ifndef STRATA_ENGINE_SPEC_H
 #define STRATA_ENGINE_SPEC_H
 
+#include "model/kv_cache.h"
+
 #include <stdint.h>
 
 #define SPEC_NGRAM_MAX 4
@@ -31,5 +33,11 @@
  * max_draft <= SPEC_DRAFT_MAX_LIMIT. */
 int spec_ngram_draft(const int32_t *toks, int64_t n, int32_t *draft, int max_draft, int min_draft,
                      float p_min);
+
+/* The most of n_draft drafts that sequence slot, holding len positions
+ * after this step's pending token, can add with at most avail more blocks
+ * from the pool; *extra_blocks gets the blocks they take. */
+int spec_fit_blocks(const kv_cache *kv, int32_t slot, int64_t len, int n_draft, int64_t avail,
+                    int64_t *extra_blocks);
 
 #endif
