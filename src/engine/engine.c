@@ -726,7 +726,6 @@ static void enqueue(engine *e, proto_msg *m)
         r->logprobs = r->msg.u.gen.logprobs;
         r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
         r->spec = e->draft_ngram && !r->msg.u.gen.no_speculative &&
-                  r->msg.u.gen.grammar == NULL &&
                   !(r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max == 0);
     }
     r->spec_keep = -1;

@@ -92,16 +92,16 @@
  * where a prompt's KV came from.
  *
  * Speculative decoding (draft_ngram). In step 3 each decoding sequence
- * of a gen that did not opt out (`speculative` false) and has no grammar
- * may add draft tokens after its pending token: up to draft_max from the
- * n-gram source (spec.h), never more than it may still generate, and only
+ * of a gen that did not opt out (`speculative` false) may add draft
+ * tokens after its pending token: up to draft_max from the n-gram source
+ * (spec.h), never more than it may still generate, and only
  * from what the step leaves over (token budget and free KV blocks after
  * every request's normal share: drafts never delay a prefill or preempt
  * anything). Logits are asked for the pending token and every draft. In
  * step 5 the rows are sampled in order, exactly as decoding one token per
  * step would (same logits, bit for bit, by batch invariance; the same
- * sampler, RNG draws, penalty history and logprobs): row j's token is
- * sent; while it equals draft j, row j+1 continues; the first mismatch
+ * sampler, RNG draws, penalty history, grammar mask and logprobs): row j's
+ * token is sent; while it equals draft j, row j+1 continues; the first mismatch
  * (or the end of the request) stops, and the KV positions of the drafts
  * not accepted are cut off (kv_seq_truncate) before any block of the
  * sequence is published to the prefix cache, so a rejected token's rows

@@ -75,7 +75,8 @@
  *               invalid grammar is refused with `err` code `bad_grammar`.
  *   speculative optional boolean [true]; false: no speculative decoding
  *               for this request. It matters only when `ready` names a
- *               `draft` source; a request with a grammar never speculates.
+ *               `draft` source (grammar-constrained requests speculate too:
+ *               each verified position is masked as without drafts).
  *               Speculation does not change the output: greedy requests
  *               give exactly the tokens they give without it, and sampled
  *               ones with a seed give the very tokens (and logprobs) of the
