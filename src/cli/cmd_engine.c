@@ -1,6 +1,7 @@
 /* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]
  * [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N] [--kv-hold-ms MS]
- * [--kv-resident N] [--prefix-cache-mib M] [--prefix-min-tokens T]`:
+ * [--kv-resident N] [--prefix-cache-mib M] [--prefix-min-tokens T]
+ * [--draft-ngram] [--draft-max N] [--draft-min N] [--draft-p-min P]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -22,6 +23,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +35,9 @@ static void engine_usage(FILE *f)
             "usage: strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]\n"
             "                     [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N]\n"
             "                     [--kv-hold-ms MS] [--kv-resident N]\n"
-            "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n\n"
+            "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n"
+            "                     [--draft-ngram] [--draft-max N] [--draft-min N]\n"
+            "                     [--draft-p-min P]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
             "  -m, --model PATH    the GGUF model\n"
@@ -63,7 +67,15 @@ static void engine_usage(FILE *f)
             "                      0 turns the prefix cache off). Prompts that start alike\n"
             "                      share their cached blocks and compute only the rest\n"
             "  --prefix-min-tokens T  the fewest prompt tokens worth taking from the cache\n"
-            "                      (default: one block, 32)\n\n"
+            "                      (default: one block, 32)\n"
+            "  --draft-ngram       speculative decoding with n-gram (prompt lookup) drafts: a\n"
+            "                      recent suffix seen earlier in the sequence proposes what\n"
+            "                      followed it; drafts are verified in the step's batch and\n"
+            "                      the output does not change (greedy or seeded)\n"
+            "  --draft-max N       drafted tokens per sequence and step at most (default 4)\n"
+            "  --draft-min N       fewer proposed tokens are not drafted (default 1)\n"
+            "  --draft-p-min P     a drafted token's least draft probability, the share of\n"
+            "                      the suffix's earlier occurrences it followed (default 0.5)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
             ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_KV_STEP,
@@ -93,10 +105,19 @@ int cmd_engine(int argc, char **argv)
     long long cache_mib = -1, min_tokens = 0; /* -1: the whole pool */
     long long kv_max = 0, kv_max_mib = 0;     /* 0: the default pool */
     long long kv_init = 0, kv_step = 0, kv_hold = -1, kv_resident = 0; /* defaults */
+    bool draft_ngram = false;
+    long long draft_max = 0, draft_min = 0; /* 0: the engine's defaults */
+    double draft_p_min = 0.0;
+    bool p_min_set = false;
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
+        if (strcmp(a, "--draft-ngram") == 0) { /* the one flag without a value */
+            draft_ngram = true;
+            i--;
+            continue;
+        }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             engine_usage(stdout);
             return 0;
@@ -133,6 +154,21 @@ int cmd_engine(int argc, char **argv)
             rc = parse_int(a, v, 0, 1LL << 30, &cache_mib);
         } else if (strcmp(a, "--prefix-min-tokens") == 0) {
             rc = parse_int(a, v, 0, 1 << 30, &min_tokens);
+        } else if (strcmp(a, "--draft-max") == 0) {
+            rc = parse_int(a, v, 1, 16, &draft_max);
+        } else if (strcmp(a, "--draft-min") == 0) {
+            rc = parse_int(a, v, 1, 16, &draft_min);
+        } else if (strcmp(a, "--draft-p-min") == 0) {
+            char *end;
+            errno = 0;
+            draft_p_min = strtod(v, &end);
+            p_min_set = true;
+            if (*v == '\0' || *end != '\0' || errno != 0 || !(draft_p_min >= 0.0) ||
+                draft_p_min > 1.0) {
+                fprintf(stderr, "strata engine: --draft-p-min wants a number in [0, 1], not '%s'\n",
+                        v);
+                rc = -1;
+            }
         } else {
             fprintf(stderr, "strata engine: unknown option '%s'\n", a);
             engine_usage(stderr);
@@ -179,7 +215,12 @@ int cmd_engine(int argc, char **argv)
                            .prefix_min_tokens = min_tokens, .kv_max_tokens = kv_max,
                            .kv_max_bytes = (int64_t)kv_max_mib << 20,
                            .kv_resident_tokens = kv_resident, .kv_init_tokens = kv_init,
-                           .kv_step_tokens = kv_step, .kv_hold_ms = kv_hold};
+                           .kv_step_tokens = kv_step, .kv_hold_ms = kv_hold,
+                           .draft_ngram = draft_ngram, .draft_max = (int)draft_max,
+                           .draft_min = (int)draft_min,
+                           /* 0 asks for no threshold: the engine's "none" is < 0 */
+                           .draft_p_min = draft_p_min == 0.0 && p_min_set
+                                              ? -1.0f : (float)draft_p_min};
         rc = engine_init(&e, m, &p, &err);
     }
     if (rc == 0) {
@@ -194,6 +235,12 @@ int cmd_engine(int argc, char **argv)
                  (double)ready.u.ready.kv_bytes / (1024.0 * 1024.0),
                  ready.u.ready.kv_prefix_cache ? "on" : "off",
                  (double)ready.u.ready.kv_cache_bytes / (1024.0 * 1024.0));
+        if (ready.u.ready.draft_source != NULL) {
+            LOG_INFO("engine: speculative decoding: %s drafts, %" PRId64 " to %" PRId64
+                     " tokens per step, draft p-min %.2f",
+                     ready.u.ready.draft_source, ready.u.ready.draft_min, ready.u.ready.draft_max,
+                     ready.u.ready.draft_p_min);
+        }
         const proto_ready *rr = &ready.u.ready;
         if (rr->kv_resident) {
             LOG_INFO("engine: KV pool resident: %" PRId64 " positions, all allocated now",

@@ -45,6 +45,9 @@ static void serve_usage(FILE *f)
             "  --batch B              token budget of one engine step (default: the engine's)\n"
             "  --kv-max N, --kv-max-mib M, --kv-init N, --kv-step N, --kv-hold-ms MS,\n"
             "  --kv-resident N        the engines' shared KV pool (see `strata engine --help`)\n"
+            "  --draft-ngram          speculative decoding with n-gram drafts in the engines;\n"
+            "  --draft-max N, --draft-min N, --draft-p-min P  its limits (default 4, 1, 0.5);\n"
+            "                         requests opt out with `speculative: false`\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
             "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
             "  --api-key-file F       the key from the first line of F\n"
@@ -149,6 +152,8 @@ int cmd_serve(int argc, char **argv)
     const char *kv_type = NULL, *cache_mib = NULL, *min_tokens = NULL, *batch = NULL;
     int unused;
     const char *pool_vals[N_POOL_OPTS] = {0};
+    const char *draft_max = NULL, *draft_min = NULL, *draft_p_min = NULL;
+    bool draft_ngram = false;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
@@ -161,6 +166,11 @@ int cmd_serve(int argc, char **argv)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             serve_usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--draft-ngram") == 0) { /* the one flag without a value */
+            draft_ngram = true;
+            i--;
+            continue;
         }
         if (v == NULL) {
             fprintf(stderr, "strata serve: %s needs a value (or is unknown)\n\n", a);
@@ -201,6 +211,18 @@ int cmd_serve(int argc, char **argv)
         } else if (strcmp(a, "--batch") == 0) {
             bad = parse_int(v, 1, 1 << 20, &unused);
             batch = v;
+        } else if (strcmp(a, "--draft-max") == 0) {
+            bad = parse_int(v, 1, 16, &unused);
+            draft_max = v;
+        } else if (strcmp(a, "--draft-min") == 0) {
+            bad = parse_int(v, 1, 16, &unused);
+            draft_min = v;
+        } else if (strcmp(a, "--draft-p-min") == 0) {
+            char *end;
+            errno = 0;
+            double p = strtod(v, &end);
+            bad = errno != 0 || *v == '\0' || *end != '\0' || !(p >= 0.0) || p > 1.0;
+            draft_p_min = v;
         } else if (pool_opt_index(a) >= 0) {
             int k = pool_opt_index(a);
             bad = parse_int(v, k_pool_opts[k].lo, INT_MAX, &unused);
@@ -293,7 +315,7 @@ int cmd_serve(int argc, char **argv)
     snprintf(s_slots, sizeof(s_slots), "%d", slots);
     snprintf(s_ctx, sizeof(s_ctx), "%d", ctx);
     snprintf(s_threads, sizeof(s_threads), "%d", threads);
-    const char *args[40]; /* 7 fixed + 2 per optional pass-through option + NULL */
+    const char *args[48]; /* 7 fixed + 2 per optional pass-through option + NULL */
     int na = 0;
     args[na++] = "engine";
     args[na++] = "-m";
@@ -326,6 +348,14 @@ int cmd_serve(int argc, char **argv)
         if (pool_vals[k] == NULL) continue;
         args[na++] = k_pool_opts[k].name;
         args[na++] = pool_vals[k];
+    }
+    if (draft_ngram) args[na++] = "--draft-ngram";
+    const char *const draft_opts[3][2] = {{"--draft-max", draft_max}, {"--draft-min", draft_min},
+                                          {"--draft-p-min", draft_p_min}};
+    for (int k = 0; k < 3; k++) {
+        if (draft_opts[k][1] == NULL) continue;
+        args[na++] = draft_opts[k][0];
+        args[na++] = draft_opts[k][1];
     }
     args[na] = NULL;
 

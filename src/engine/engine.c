@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "model/forward.h"
 #include "engine/engine_grammar.h"
+#include "engine/spec.h"
 #include "model/kv_prefix.h"
 #include "sample/sampler.h"
 #include "text/vocab.h"
@@ -69,6 +70,13 @@ typedef struct engine_req {
     int64_t step_logit_row;   /* row of logits, -1 none */
     int64_t step_embd_row;    /* first row of hidden states */
     int64_t step_n_embd;
+    /* speculative decoding (engine.h) */
+    bool spec;                /* drafts may be proposed for it */
+    int step_draft;           /* draft tokens in this step's batch, after next_tok */
+    int32_t draft[SPEC_DRAFT_MAX_LIMIT];
+    int64_t spec_keep;        /* while its drafts are verified: the KV positions that hold
+                                 accepted tokens (the rest are cut before publishing); -1 */
+    int64_t n_drafted, n_draft_accepted;
     struct engine_req *next;  /* queue link */
 } engine_req;
 
@@ -117,6 +125,9 @@ struct engine {
     engine_end_fn on_end;     /* engine_set_end_hook */
     void *on_end_ctx;
     int64_t hang_at_step;     /* test hook (engine_params) */
+    bool draft_ngram;         /* speculative decoding's source (engine.h) */
+    int draft_max, draft_min;
+    float draft_p_min;
     /* progress_lock: what engine_get_progress reads (engine.h "Progress") */
     pthread_mutex_t progress_lock;
     int64_t pg_steps;         /* completed */
@@ -245,6 +256,20 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->n_embd = m->hp.n_embd;
     e->accepting = true;
     e->hang_at_step = p->hang_at_step > 0 ? p->hang_at_step : 0;
+    if (p->draft_max < 0 || p->draft_max > SPEC_DRAFT_MAX_LIMIT || p->draft_min < 0 ||
+        p->draft_p_min > 1.0f) {
+        free(e);
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: --draft-max %d, --draft-min %d, --draft-p-min %g (max in "
+                              "[0, %d], min >= 0, p-min <= 1)",
+                              p->draft_max, p->draft_min, (double)p->draft_p_min,
+                              SPEC_DRAFT_MAX_LIMIT);
+    }
+    e->draft_ngram = p->draft_ngram;
+    e->draft_max = p->draft_max > 0 ? p->draft_max : SPEC_DEFAULT_DRAFT_MAX;
+    e->draft_min = p->draft_min > 0 ? p->draft_min : 1;
+    e->draft_p_min = p->draft_p_min == 0.0f ? SPEC_DEFAULT_P_MIN
+                     : p->draft_p_min < 0.0f ? 0.0f : p->draft_p_min;
     pthread_mutex_init(&e->progress_lock, NULL);
     e->seed_state = (uint64_t)strata_clock_ns();
     snprintf(e->kv_type, sizeof(e->kv_type), "f16");
@@ -328,7 +353,10 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->b_reqs = malloc((size_t)n_slots * sizeof(engine_req *));
     e->b_prefill = malloc((size_t)n_slots * sizeof(engine_req *));
     e->vec = malloc((size_t)e->n_embd * sizeof(float));
-    e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
+    /* one row per slot, and one per draft token when speculating */
+    size_t logit_rows = (size_t)n_slots * (e->draft_ngram ? 1 + (size_t)e->draft_max : 1);
+    if (logit_rows > nb) logit_rows = nb;
+    e->logits = malloc(logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
     e->hist = malloc((size_t)n_slots * (size_t)n_ctx * sizeof(int32_t));
     if (!e->hist || !e->is_eog || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
@@ -416,6 +444,12 @@ void engine_ready(const engine *e, proto_msg *out)
     r->kv_step_tokens = e->kv_step_tokens;
     r->kv_hold_ms = e->kv_hold_ms;
     r->kv_resident = e->kv_resident;
+    if (e->draft_ngram) {
+        r->draft_source = "ngram";
+        r->draft_max = e->draft_max;
+        r->draft_min = e->draft_min;
+        r->draft_p_min = e->draft_p_min;
+    }
 }
 
 void engine_get_progress(engine *e, proto_pong *out)
@@ -540,9 +574,12 @@ static engine_req *find_req(const engine *e, int64_t id)
 }
 
 /* Ends a running request: releases its slot and frees it. */
+static void spec_settle(engine *e, engine_req *r);
+
 static void release(engine *e, engine_req *r)
 {
     if (r->slot >= 0) {
+        spec_settle(e, r);
         kv_seq_remove(e->kv, r->slot);
         e->slots[r->slot] = NULL;
     }
@@ -560,6 +597,8 @@ static void finish(engine *e, engine_req *r, proto_finish f, proto_buf *out)
     s->cached_n = r->n_cached;
     s->preempted = r->n_preempted;
     s->predicted_n = r->n_gen;
+    s->draft_n = r->n_drafted;
+    s->draft_accepted_n = r->n_draft_accepted;
     if (r->t_prompt_start >= 0) {
         double end = r->t_prompt_end >= 0 ? r->t_prompt_end : now;
         s->prompt_ms = end - r->t_prompt_start;
@@ -689,7 +728,10 @@ static void enqueue(engine *e, proto_msg *m)
         r->max_tokens = r->msg.u.gen.max_tokens;
         r->logprobs = r->msg.u.gen.logprobs;
         r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
+        r->spec = e->draft_ngram && !r->msg.u.gen.no_speculative &&
+                  !(r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max == 0);
     }
+    r->spec_keep = -1;
     r->n_fill = r->n_prompt;
     r->state = REQ_QUEUED;
     r->slot = -1;
@@ -972,6 +1014,7 @@ static void plan_step(engine *e)
         engine_req *r = e->slots[s];
         if (r == NULL) continue;
         r->step_n = 0;
+        r->step_draft = 0;
         n_dec += r->state == REQ_DECODE;
         int i = n++;
         while (i > 0 && ord[i - 1]->order > r->order) {
@@ -1006,6 +1049,32 @@ static void plan_step(engine *e)
         reserved += need;
         tok_left -= take;
         r->step_n = take;
+    }
+    /* drafts, oldest first, from what is left of the budget and the pool */
+    for (int i = 0; i < n && e->draft_ngram && tok_left > 0; i++) {
+        engine_req *r = ord[i];
+        if (r->slot < 0 || r->state != REQ_DECODE || r->step_n != 1 || !r->spec) continue;
+        int64_t len = r->n_prompt + r->n_gen; /* positions after this step without drafts */
+        int64_t cap = e->draft_max;
+        if (r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max < cap) {
+            cap = r->msg.u.gen.draft_max;
+        }
+        if (cap > tok_left) cap = tok_left;
+        if (cap > e->n_limit - len) cap = e->n_limit - len;
+        /* a request that may send only k more tokens verifies k - 1 drafts */
+        if (r->max_tokens >= 0 && cap > r->max_tokens - r->n_gen - 1) {
+            cap = r->max_tokens - r->n_gen - 1;
+        }
+        if (cap < e->draft_min) continue;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        int n_draft = spec_ngram_draft(row, len, r->draft, (int)cap, e->draft_min, e->draft_p_min);
+        int64_t extra = 0;
+        n_draft = spec_fit_blocks(e->kv, r->slot, len, n_draft,
+                                  (int64_t)kv_free_blocks(e->kv) - reserved, &extra);
+        if (n_draft < e->draft_min) continue;
+        reserved += extra;
+        tok_left -= n_draft;
+        r->step_draft = n_draft;
     }
 }
 
@@ -1055,8 +1124,11 @@ static void compute_logprobs(const engine *e, const float *logits, int32_t tok, 
     lp->n_top = k;
 }
 
-/* A gen's logits came out: sample, then send the token or end. */
-static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *out)
+/* A gen's logits came out: sample, then send the token or end. False
+ * when it ended (r is freed). draft: the token drafted for this position
+ * (counted as accepted when the sample equals it), -1 none. */
+static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t draft,
+                      proto_buf *out)
 {
     const proto_gen *g = &r->msg.u.gen;
     const float *to_sample = logits;
@@ -1069,7 +1141,7 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
         bool can_end = grammar_state_can_end(r->gstate);
         if (n_ok < 0) {
             finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: out of memory", out);
-            return;
+            return false;
         }
         if (n_ok == 0) {
             if (can_end) { /* complete, and nothing may follow: the end */
@@ -1079,7 +1151,7 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
                            "grammar: no token can continue the output, and it is not complete",
                            out);
             }
-            return;
+            return false;
         }
         for (int64_t t = 0; t < e->n_vocab; t++) {
             bool ok = ((e->gmask[t >> 5] >> (t & 31)) & 1u) != 0 ||
@@ -1092,19 +1164,20 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
     if (r->gstate != NULL && !(to_sample[tok] > -INFINITY)) {
         /* the sampler must never choose a masked token; never send one */
         finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: the sampler chose a masked token", out);
-        return;
+        return false;
     }
     sampler_accept(r->smp, tok);
+    if (tok == draft) r->n_draft_accepted++;
     if ((!g->ignore_eos && e->is_eog[tok]) || is_stop_token(r, tok)) {
         finish(e, r, PROTO_FINISH_STOP, out);
-        return;
+        return false;
     }
     if (r->gstate != NULL) {
         const engine_tok_bytes *tb = &e->tok_bytes;
         size_t o = tb->off[tok], n = tb->off[tok + 1] - o;
         if (!grammar_state_accept_bytes(r->gstate, tb->bytes + o, n)) {
             finish_err(e, r, PROTO_ERR_INTERNAL, "grammar: the chosen token does not continue it", out);
-            return;
+            return false;
         }
     }
     proto_logprob lp;
@@ -1122,10 +1195,42 @@ static void on_logits(engine *e, engine_req *r, const float *logits, proto_buf *
     r->n_gen++;
     if ((r->max_tokens >= 0 && r->n_gen >= r->max_tokens) || r->n_prompt + r->n_gen >= e->n_limit) {
         finish(e, r, PROTO_FINISH_LENGTH, out);
-        return;
+        return false;
     }
     r->next_tok = tok;
     r->state = REQ_DECODE;
+    return true;
+}
+
+/* The KV positions of r's rejected drafts are cut, then its new full
+ * blocks published (engine.h "Speculative decoding"). Nothing while no
+ * drafts are being verified. */
+static void spec_settle(engine *e, engine_req *r)
+{
+    if (r->spec_keep < 0) return;
+    kv_seq_truncate(e->kv, r->slot, r->spec_keep);
+    if (r->use_cache) kv_prefix_publish(e->kv, r->slot, e->hist + (size_t)r->slot * (size_t)e->n_ctx);
+    r->spec_keep = -1;
+}
+
+/* A decoding r with drafts: row j of its logits follows draft j - 1 (row 0
+ * its pending token). Rows are sampled in order while the sampled token
+ * equals the draft; each sampled token is sent as without drafts. */
+static void spec_verify(engine *e, engine_req *r, proto_buf *out)
+{
+    const int64_t pos0 = r->n_prompt + r->n_gen - 1; /* the pending token's */
+    const int n_draft = r->step_draft;
+    const float *rows = e->logits + r->step_logit_row * e->n_vocab;
+    r->n_drafted += n_draft;
+    for (int j = 0; j <= n_draft; j++) {
+        /* positions [0, pos0 + 1 + j) hold accepted tokens: the prompt,
+         * what was sent, and drafts 0 .. j-1 that matched */
+        r->spec_keep = pos0 + 1 + j;
+        int32_t draft = j < n_draft ? r->draft[j] : -1;
+        if (!on_logits(e, r, rows + (int64_t)j * e->n_vocab, draft, out)) return; /* freed */
+        if (j == n_draft || r->next_tok != draft) break;
+    }
+    spec_settle(e, r);
 }
 
 /* An embed's prompt is all in: pool, normalise, send. */
@@ -1258,10 +1363,13 @@ static int64_t run_step(engine *e, proto_buf *out)
     for (int s = 0; s < e->n_slots; s++) {
         engine_req *r = e->slots[s];
         if (r == NULL || r->state != REQ_DECODE || r->step_n == 0) continue;
-        r->step_logit_row = n_logits++;
+        r->step_logit_row = n_logits;
         r->step_n_embd = 0;
+        int64_t first = n_b;
         batch_add(e, r, &r->next_tok, r->n_prompt + r->n_gen - 1, 1, &n_b);
-        e->b_want[n_b - 1] = 1;
+        batch_add(e, r, r->draft, r->n_prompt + r->n_gen, r->step_draft, &n_b);
+        for (int64_t k = first; k < n_b; k++) e->b_want[k] = 1;
+        n_logits += n_b - first;
         e->b_reqs[n_reqs++] = r;
     }
     /* then prompt chunks, oldest admission first, up to the budget */
@@ -1323,7 +1431,10 @@ static int64_t run_step(engine *e, proto_buf *out)
      * arrive while these still run) */
     for (int i = 0; i < n_reqs; i++) {
         engine_req *r = e->b_reqs[i];
-        if (r->use_cache) kv_prefix_publish(e->kv, r->slot, e->hist + (size_t)r->slot * (size_t)e->n_ctx);
+        /* with drafts, once the rejected ones are cut (spec_settle) */
+        if (r->use_cache && r->step_draft == 0) {
+            kv_prefix_publish(e->kv, r->slot, e->hist + (size_t)r->slot * (size_t)e->n_ctx);
+        }
     }
 
     /* hidden states into their requests' sums, in batch order */
@@ -1339,7 +1450,8 @@ static int64_t run_step(engine *e, proto_buf *out)
     for (int i = 0; i < n_reqs; i++) {
         engine_req *r = e->b_reqs[i];
         if (r->state == REQ_DECODE) {
-            on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+            if (r->step_draft > 0) spec_verify(e, r, out);
+            else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
             continue;
         }
         r->n_done += r->step_n;
@@ -1347,7 +1459,7 @@ static int64_t run_step(engine *e, proto_buf *out)
         if (r->t_prompt_end < 0) r->t_prompt_end = t_end;
         if (r->is_embed) finish_embed(e, r, out);
         else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
-        else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, out);
+        else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
     }
     return n_b;
 }

@@ -91,6 +91,29 @@
  * penalties look at generated tokens only, and nothing else depends on
  * where a prompt's KV came from.
  *
+ * Speculative decoding (draft_ngram). In step 3 each decoding sequence
+ * of a gen that did not opt out (`speculative` false) may add draft
+ * tokens after its pending token: up to draft_max from the n-gram source
+ * (spec.h), never more than it may still generate, and only
+ * from what the step leaves over (token budget and free KV blocks after
+ * every request's normal share: drafts never delay a prefill or preempt
+ * anything). Logits are asked for the pending token and every draft. In
+ * step 5 the rows are sampled in order, exactly as decoding one token per
+ * step would (same logits, bit for bit, by batch invariance; the same
+ * sampler, RNG draws, penalty history, grammar mask and logprobs): row j's
+ * token is sent; while it equals draft j, row j+1 continues; the first mismatch
+ * (or the end of the request) stops, and the KV positions of the drafts
+ * not accepted are cut off (kv_seq_truncate) before any block of the
+ * sequence is published to the prefix cache, so a rejected token's rows
+ * are never cached. A step thus sends 1 to 1 + drafts tokens per sequence.
+ * Sampled requests: sampling the target's row and accepting the draft only
+ * when the sample equals it is the rejection-sampling rule for a point-mass
+ * draft (accept x with probability p(x), else draw from p without x,
+ * renormalised), so the output is distributed as the target's, and with a
+ * seed it is the very output of the same request without speculation.
+ * done's draft_n / draft_accepted_n count the drafted tokens and those
+ * that matched.
+ *
  * Progress. Each step publishes what `pong` reports (protocol.h): steps
  * completed, whether one runs, since when and over how many tokens, the
  * slowest ms per token of the last PROTO_PONG_COST_STEPS steps, and the KV
@@ -143,6 +166,11 @@ typedef struct engine_params {
     int64_t prefix_cache_bytes; /* its budget: bytes of KV blocks that may stay cached with no
                                    request holding them; 0: the whole pool */
     int64_t prefix_min_tokens;  /* the fewest prompt tokens a reuse must cover; 0: one block */
+    bool draft_ngram;           /* n-gram (prompt lookup) drafts ("Speculative decoding") */
+    int draft_max;              /* drafted tokens per sequence and step at most; 0: 4 */
+    int draft_min;              /* fewer proposed tokens are not drafted; 0: 1 */
+    float draft_p_min;          /* a draft token's least draft probability (spec.h); 0: 0.5;
+                                   < 0: none */
     int64_t hang_at_step; /* TEST ONLY (STRATA_TEST_HANG_AT_STEP, protocol.h): >= 1
                              blocks the scheduler forever at the start of that
                              step; 0: never */

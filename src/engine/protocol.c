@@ -77,6 +77,7 @@ void proto_msg_free(proto_msg *m)
     case PROTO_OP_READY:
         free((void *)m->u.ready.arch);
         free((void *)m->u.ready.kv_type);
+        free((void *)m->u.ready.draft_source);
         break;
     case PROTO_OP_TOK:
         if (m->u.tok.logprobs != NULL) {
@@ -235,6 +236,8 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->logprobs > 0) enc_set(e, o, "logprobs", enc_int(e, g->logprobs));
     if (g->no_cache) enc_set(e, o, "cache", enc_take(e, json_false()));
     if (g->grammar != NULL) enc_set(e, o, "grammar", enc_take(e, json_string(g->grammar)));
+    if (g->no_speculative) enc_set(e, o, "speculative", enc_take(e, json_false()));
+    if (g->has_draft_max) enc_set(e, o, "draft_max", enc_int(e, g->draft_max));
 }
 
 static void enc_tok(enc *e, json_t *o, const proto_tok *t)
@@ -303,6 +306,14 @@ static void enc_ready(enc *e, json_t *o, const proto_ready *r)
         enc_set(e, kv, "resident", enc_take(e, json_boolean(r->kv_resident)));
     }
     enc_set(e, o, "kv", kv);
+    if (r->draft_source != NULL) {
+        json_t *dr = enc_take(e, json_object());
+        enc_set(e, dr, "source", enc_string(e, r->draft_source));
+        enc_set(e, dr, "max", enc_int(e, r->draft_max));
+        enc_set(e, dr, "min", enc_int(e, r->draft_min));
+        enc_set(e, dr, "p_min", enc_real(e, r->draft_p_min, "ready.draft.p_min"));
+        enc_set(e, o, "draft", dr);
+    }
 }
 
 static void enc_done(enc *e, json_t *o, const proto_done *d)
@@ -732,6 +743,14 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
             dec_fail(d, "grammar: out of memory");
         }
     }
+    v = json_object_get(o, "speculative");
+    if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
+        dec_fail(d, "speculative must be true or false");
+    }
+    g->no_speculative = json_is_false(v);
+    int64_t dmax = 0;
+    dec_int(d, o, "draft_max", "draft_max", false, 0, INT32_MAX, &dmax, &g->has_draft_max);
+    g->draft_max = (int32_t)dmax;
 }
 
 static void dec_embed(dec *d, json_t *o, proto_embed *e)
@@ -815,6 +834,20 @@ static void dec_ready(dec *d, json_t *o, proto_ready *r)
             dec_fail(d, "kv.resident must be true or false");
         }
         r->kv_resident = json_is_true(v);
+    }
+    json_t *dr = json_object_get(o, "draft");
+    if (dr != NULL && !json_is_null(dr) && !d->failed) {
+        dr = dec_object(d, o, "draft");
+        if (dr != NULL) {
+            r->draft_source = dec_strdup(d, dr, "source", "draft.source");
+            dec_int(d, dr, "max", "draft.max", true, 0, INT64_MAX, &r->draft_max, NULL);
+            dec_int(d, dr, "min", "draft.min", false, 0, INT64_MAX, &r->draft_min, NULL);
+            json_t *v = json_object_get(dr, "p_min");
+            if (v != NULL && !json_is_null(v)) {
+                if (!json_is_number(v)) dec_fail(d, "draft.p_min must be a number");
+                else r->draft_p_min = json_number_value(v);
+            }
+        }
     }
 }
 

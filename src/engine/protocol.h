@@ -73,6 +73,20 @@
  *               allowed only where it is complete. The server compiles
  *               JSON Schema (`response_format`, `json_schema`) to it. An
  *               invalid grammar is refused with `err` code `bad_grammar`.
+ *   speculative optional boolean [true]; false: no speculative decoding
+ *               for this request. It matters only when `ready` names a
+ *               `draft` source (grammar-constrained requests speculate too:
+ *               each verified position is masked as without drafts).
+ *               Speculation does not change the output: greedy requests
+ *               give exactly the tokens they give without it, and sampled
+ *               ones with a seed give the very tokens (and logprobs) of the
+ *               same seed without it (each verified row is sampled as plain
+ *               decoding samples it; a draft is kept only when the sample
+ *               equals it: the rejection-sampling rule for a point-mass
+ *               draft, see engine.h "Speculative decoding").
+ *   draft_max   optional integer in [0, the engine's draft.max]: at most
+ *               this many drafted tokens per step for this request; 0: none
+ *               (as speculative false); absent: the engine's.
  *
  * {"op":"embed","id":8,"tokens":[1,2,3],"pooling":"mean"}
  *   id, tokens  as for gen.
@@ -107,7 +121,8 @@
  *  "n_batch":512,"kv":{"type":"f16","block_tokens":32,"n_blocks":512,
  *  "bytes":268435456,"prefix_cache":true,"cache_blocks":512,
  *  "cache_bytes":268435456,"cache_min_tokens":32,"max_tokens":16384,
- *  "init_tokens":512,"step_tokens":512,"hold_ms":10000,"resident":false}}
+ *  "init_tokens":512,"step_tokens":512,"hold_ms":10000,"resident":false},
+ *  "draft":{"source":"ngram","max":4,"min":1,"p_min":0.5}}
  *   Once, after loading, before anything else. `slots`: sequences that run
  *   at once (more wait in the engine's queue, in arrival order). `n_ctx`:
  *   the tokens one request may hold, prompt and generated: a gen needs
@@ -132,7 +147,11 @@
  *   written, init_tokens stay committed, and the rest, in steps of
  *   step_tokens, goes back to the operating system once a step's blocks
  *   have all been free for hold_ms. Optional when decoding (all five
- *   absent, or all present).
+ *   absent, or all present). `draft`: present when the engine speculates
+ *   (--draft-ngram): the draft source ("ngram": prompt lookup), the most
+ *   and fewest tokens drafted per sequence and step, and the least draft
+ *   probability of a drafted token (for n-gram drafts the share of the
+ *   suffix's earlier occurrences that the token followed).
  * {"op":"tok","id":7,"tokens":[450],"logprobs":[{"token":450,
  *  "logprob":-0.11,"top":[[450,-0.11],[263,-2.5]]}]}
  *   Generated tokens, in order (one or more per line). `logprobs` only
@@ -155,8 +174,9 @@
  *   `tok` (a stop or end-of-generation token is not counted), prompt_ms
  *   from the start of its first prefill step to the end of its last one,
  *   predicted_ms from then to its terminal message, draft_n /
- *   draft_accepted_n speculative draft tokens proposed / accepted (0: no
- *   speculative decoding yet), preempted the times the request was
+ *   draft_accepted_n speculative draft tokens proposed / accepted (0
+ *   without speculation; accepted ones are sent in `tok` like any
+ *   other, so predicted_n includes them), preempted the times the request was
  *   preempted to free KV blocks for an older one and resumed (by
  *   recomputing its prompt and generated tokens, mostly from the prefix
  *   cache; its tokens are those it would have produced unpreempted); sent
@@ -330,6 +350,9 @@ typedef struct proto_gen {
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
     bool no_cache;             /* `cache`: false */
     char *grammar;             /* `grammar`: GBNF text (NUL-terminated, malloc'd); NULL: none */
+    bool no_speculative;       /* `speculative`: false */
+    bool has_draft_max;        /* `draft_max` is present */
+    int32_t draft_max;         /* `draft_max`: drafted tokens per step at most */
 } proto_gen;
 
 typedef struct proto_embed {
@@ -353,6 +376,9 @@ typedef struct proto_ready {
     int64_t kv_max_tokens;     /* kv.max_tokens; 0: the pool figures below are not sent */
     int64_t kv_init_tokens, kv_step_tokens, kv_hold_ms; /* kv.init_tokens, .step_tokens, .hold_ms */
     bool kv_resident;          /* kv.resident */
+    const char *draft_source;  /* draft.source ("ngram"); NULL: no `draft` */
+    int64_t draft_max, draft_min; /* draft.max, draft.min */
+    double draft_p_min;        /* draft.p_min */
 } proto_ready;
 
 typedef struct proto_top {

@@ -120,6 +120,9 @@ void api_gen_move_to(api_gen *g, sreq *r)
         r->emb.no_cache = g->no_cache;
     } else {
         r->gen.no_cache = g->no_cache;
+        r->gen.no_speculative = g->no_speculative;
+        r->gen.has_draft_max = g->has_draft_max;
+        r->gen.draft_max = g->draft_max;
         r->gen.tokens = g->prompt;
         r->gen.n_tokens = g->n_prompt;
         r->gen.max_tokens = g->max_tokens;
@@ -153,6 +156,9 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
         return 0;
     }
     r->gen.no_cache = g->no_cache;
+    r->gen.no_speculative = g->no_speculative;
+    r->gen.has_draft_max = g->has_draft_max;
+    r->gen.draft_max = g->draft_max;
     r->gen.tokens = copy_ids(g->prompt, g->n_prompt);
     if (r->gen.tokens == NULL) return STRATA_ENOMEM;
     r->gen.n_tokens = g->n_prompt;
@@ -974,6 +980,15 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
     bool cache_prompt = true;
     if ((rc = get_bool(o, "cache_prompt", &cache_prompt, e)) != 0) goto out;
     g->no_cache = !cache_prompt;
+    /* Speculative decoding (llama-server's names): `speculative` false turns
+     * it off for this request, `speculative.n_max` caps its drafted tokens
+     * per step (0: none); the output is the same either way. */
+    bool speculative = true;
+    if ((rc = get_bool(o, "speculative", &speculative, e)) != 0) goto out;
+    g->no_speculative = !speculative;
+    int64_t n_max = 0;
+    if ((rc = get_int(o, "speculative.n_max", 0, 16, &n_max, &g->has_draft_max, e)) != 0) goto out;
+    g->draft_max = (int32_t)n_max;
     if (kind == API_EMBEDDING) {
         json_t *fmt = json_object_get(o, "encoding_format");
         if (fmt != NULL && !json_is_null(fmt)) {
@@ -1087,12 +1102,14 @@ json_t *api_timings(const api_result *r)
 {
     const sreq_stats *s = &r->stats;
     double pps = s->predicted_ms > 0 ? (double)s->predicted_n * 1000.0 / s->predicted_ms : 0.0;
-    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i,s:I}", "queue_ms", round3(r->queue_ms),
-                     "prompt_n", (json_int_t)s->prompt_n, "cached_n", (json_int_t)s->cached_n,
-                     "prompt_ms", round3(s->prompt_ms), "ttft_ms", round3(r->ttft_ms),
-                     "predicted_n", (json_int_t)s->predicted_n, "predicted_ms",
-                     round3(s->predicted_ms), "predicted_per_second", round3(pps), "replica",
-                     r->replica, "route_cached_n", (json_int_t)r->route_cached_n);
+    return json_pack("{s:f,s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:i,s:I,s:I,s:I}", "queue_ms",
+                     round3(r->queue_ms), "prompt_n", (json_int_t)s->prompt_n, "cached_n",
+                     (json_int_t)s->cached_n, "prompt_ms", round3(s->prompt_ms), "ttft_ms",
+                     round3(r->ttft_ms), "predicted_n", (json_int_t)s->predicted_n,
+                     "predicted_ms", round3(s->predicted_ms), "predicted_per_second",
+                     round3(pps), "replica", r->replica, "route_cached_n",
+                     (json_int_t)r->route_cached_n, "draft_n", (json_int_t)s->draft_n,
+                     "draft_n_accepted", (json_int_t)s->draft_accepted_n);
 }
 
 json_t *api_usage(const api_result *r)

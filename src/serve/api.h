@@ -86,6 +86,10 @@ typedef struct api_gen {
     char *grammar;                  /* GBNF the output must match (protocol `grammar`):
                                        `grammar` as given, or compiled from `json_schema` /
                                        `response_format`; NULL: none. malloc'd */
+    bool no_speculative;            /* `speculative: false`: no drafts for this request
+                                       (protocol `speculative` false) */
+    bool has_draft_max;             /* `speculative.n_max` given (llama-server's name) */
+    int32_t draft_max;              /* its value: drafted tokens per step at most; 0: none */
     bool tool_calls;                /* chat with `tools` and a `tool_choice` other than
                                        "none": the output is parsed for calls */
     tool_format tool_fmt;           /* the template's call syntax (tool_calls.h) */

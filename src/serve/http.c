@@ -295,6 +295,7 @@ static void fill_result(gen_run *gr, choice *c, api_result *res)
     pthread_mutex_unlock(&r->result_lock);
     metrics *m = &gr->s->m;
     metrics_add_tokens(m, res->prompt_tokens, (int64_t)n_toks);
+    metrics_add_drafts(m, res->stats.draft_n, res->stats.draft_accepted_n);
     if (t_first > 0) {
         metrics_observe_ttft(m, (double)(t_first - t_submit) / 1e9);
         if (n_toks > 1 && t_end > t_first) {

@@ -11,6 +11,12 @@ static const double k_buckets[METRICS_N_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 
                                                     0.1,   0.25,   0.5,   1,    2.5,   5,
                                                     10,    30};
 
+/* The acceptance-rate histogram's bounds (a share, not seconds). */
+#define METRICS_RATE_BUCKETS 10
+static const double k_rate_buckets[METRICS_RATE_BUCKETS] = {0.1, 0.2, 0.3, 0.4, 0.5,
+                                                            0.6, 0.7, 0.8, 0.9, 1.0};
+_Static_assert(METRICS_RATE_BUCKETS < METRICS_N_BUCKETS, "the rate fits a metrics_hist");
+
 void metrics_init(metrics *m)
 {
     memset(m, 0, sizeof(*m));
@@ -70,6 +76,38 @@ void metrics_observe_itl(metrics *m, double seconds, int64_t n_tokens)
     pthread_mutex_lock(&m->metrics_lock);
     hist_add(&m->itl, seconds / (double)n_tokens, (uint64_t)n_tokens);
     pthread_mutex_unlock(&m->metrics_lock);
+}
+
+void metrics_add_drafts(metrics *m, int64_t drafted, int64_t accepted)
+{
+    if (drafted <= 0) return;
+    if (accepted < 0) accepted = 0;
+    if (accepted > drafted) accepted = drafted;
+    double rate = (double)accepted / (double)drafted;
+    pthread_mutex_lock(&m->metrics_lock);
+    m->draft_tokens += (uint64_t)drafted;
+    m->draft_accepted += (uint64_t)accepted;
+    int b = 0;
+    while (b < METRICS_RATE_BUCKETS - 1 && rate > k_rate_buckets[b]) b++;
+    m->draft_rate.counts[b]++;
+    m->draft_rate.sum += rate;
+    m->draft_rate.n++;
+    pthread_mutex_unlock(&m->metrics_lock);
+}
+
+static void rate_render(sbuf *o, const metrics *m)
+{
+    const char *name = "strata_draft_acceptance_rate";
+    sbuf_printf(o, "# HELP %s Share of a request's speculative draft tokens that were accepted "
+                   "(requests that drafted).\n# TYPE %s histogram\n",
+                name, name);
+    uint64_t cum = 0;
+    for (int b = 0; b < METRICS_RATE_BUCKETS; b++) {
+        cum += m->draft_rate.counts[b];
+        sbuf_printf(o, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, k_rate_buckets[b], cum);
+    }
+    sbuf_printf(o, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n",
+                name, cum, name, m->draft_rate.sum, name, m->draft_rate.n);
 }
 
 static void hist_render(sbuf *o, const char *name, const char *help, const metrics_hist *h)
@@ -218,6 +256,14 @@ int metrics_render(metrics *m, const pool_info *pi, const char *model_name, sbuf
                 "From arrival to the first generated token.", &m->ttft);
     hist_render(o, "strata_inter_token_latency_seconds", "Time per generated token after the first.",
                 &m->itl);
+    sbuf_printf(o,
+                "# HELP strata_draft_tokens_total Speculative draft tokens verified.\n"
+                "# TYPE strata_draft_tokens_total counter\nstrata_draft_tokens_total %" PRIu64
+                "\n# HELP strata_draft_accepted_tokens_total Speculative draft tokens accepted.\n"
+                "# TYPE strata_draft_accepted_tokens_total counter\n"
+                "strata_draft_accepted_tokens_total %" PRIu64 "\n",
+                m->draft_tokens, m->draft_accepted);
+    rate_render(o, m);
     pthread_mutex_unlock(&m->metrics_lock);
     sbuf_printf(o, "# HELP strata_queue_depth Requests waiting for a slot.\n"
                    "# TYPE strata_queue_depth gauge\nstrata_queue_depth %d\n",

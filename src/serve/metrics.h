@@ -4,6 +4,10 @@
  *   strata_generated_tokens_total            counter
  *   strata_time_to_first_token_seconds       histogram
  *   strata_inter_token_latency_seconds       histogram (per generated token)
+ *   strata_draft_tokens_total                counter   speculative draft tokens verified
+ *   strata_draft_accepted_tokens_total       counter   of them accepted
+ *   strata_draft_acceptance_rate             histogram (per request that drafted:
+ *                                            accepted / drafted, buckets 0.1 .. 1)
  *   strata_queue_depth                       gauge
  *   strata_replica_in_flight{replica}        gauge
  *   strata_replica_ready{replica}            gauge
@@ -57,6 +61,8 @@ typedef struct metrics {
     int n_series;
     uint64_t prompt_tokens, generated_tokens;
     metrics_hist ttft, itl;
+    uint64_t draft_tokens, draft_accepted;
+    metrics_hist draft_rate;  /* over METRICS_RATE_BUCKETS (counts[0..10]) */
 } metrics;
 
 void metrics_init(metrics *m);
@@ -66,6 +72,9 @@ void metrics_count_request(metrics *m, const char *endpoint, int status);
 void metrics_add_tokens(metrics *m, int64_t prompt, int64_t generated);
 void metrics_observe_ttft(metrics *m, double seconds);
 void metrics_observe_itl(metrics *m, double seconds, int64_t n_tokens);
+/* A request's done stats: drafted and accepted tokens (nothing when it
+ * drafted none). */
+void metrics_add_drafts(metrics *m, int64_t drafted, int64_t accepted);
 /* The exposition text into out; model_name is the vLLM metrics' label
  * (escaped here). */
 int metrics_render(metrics *m, const pool_info *pi, const char *model_name, sbuf *out);

@@ -132,7 +132,8 @@ static void test_timings_print_short(void **state)
     char *s = api_dumps(t);
     assert_string_equal(s, "{\"queue_ms\":0.03,\"prompt_n\":5,\"cached_n\":0,\"prompt_ms\":108.0,"
                            "\"ttft_ms\":115.918,\"predicted_n\":3,\"predicted_ms\":7.0,"
-                           "\"predicted_per_second\":428.571,\"replica\":1,\"route_cached_n\":64}");
+                           "\"predicted_per_second\":428.571,\"replica\":1,\"route_cached_n\":64,"
+                           "\"draft_n\":0,\"draft_n_accepted\":0}");
     free(s);
     json_decref(t);
     const float xs[] = {-0.1f, 1e-8f, -12.3456789f, 3.40282347e38f, 1.17549435e-38f};

@@ -9,7 +9,7 @@ import { MODEL_NAME, drain, skipReason, startServer } from './harness.mjs';
 const skip = skipReason();
 const PROMPT = 'Once upon a time';
 const TIMING_FIELDS = ['queue_ms', 'prompt_n', 'cached_n', 'prompt_ms', 'ttft_ms', 'predicted_n',
-  'predicted_ms', 'predicted_per_second', 'replica'];
+  'predicted_ms', 'predicted_per_second', 'replica', 'draft_n', 'draft_n_accepted'];
 
 function checkTimings(t, usage) {
   assert.ok(t, 'a timings object');
@@ -258,7 +258,8 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     for (const name of ['strata_requests_total', 'strata_prompt_tokens_total',
       'strata_generated_tokens_total', 'strata_time_to_first_token_seconds',
       'strata_inter_token_latency_seconds', 'strata_queue_depth', 'strata_replica_in_flight',
-      'strata_replica_ready', 'strata_engine_restarts_total']) {
+      'strata_replica_ready', 'strata_engine_restarts_total', 'strata_draft_tokens_total',
+      'strata_draft_accepted_tokens_total', 'strata_draft_acceptance_rate']) {
       assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `# TYPE ${name}`);
     }
     assert.match(text, /^strata_time_to_first_token_seconds_bucket\{le="\+Inf"\} [1-9]/m);

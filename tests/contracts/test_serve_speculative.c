@@ -1,0 +1,132 @@
+/* Speculative decoding through the real server and engine on stories260K:
+ * `strata serve --draft-ngram` passes the option to its engine; a greedy
+ * completion's text is the same with drafts and with `speculative: false`
+ * (or `speculative.n_max: 0`), its timings say how many tokens were drafted
+ * and accepted, and /metrics counts them. Bad values of the draft options
+ * fail `strata serve` at once with status 2. */
+#define _GNU_SOURCE
+#include "http_client.h"
+#include "testdata.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "serve_testutil.h"
+#include <sys/wait.h>
+
+#ifndef STRATA_BIN
+#error STRATA_BIN must name the strata binary
+#endif
+
+/* A greedy completion of "Once upon a time" (120 tokens, extra fields
+ * appended); its text into text (malloc'd) and its timings' draft figures. */
+static void complete(int port, const char *extra, char **text, json_int_t *drafted,
+                     json_int_t *accepted)
+{
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0%s%s}",
+             extra ? "," : "", extra ? extra : "");
+    http_response hr;
+    assert_int_equal(http_do(port, "POST", "/v1/completions", body, NULL, &hr), 0);
+    if (hr.status != 200) fail_msg("status %d: %s", hr.status, hr.body);
+    json_t *j = json_loads(hr.body, 0, NULL);
+    assert_non_null(j);
+    json_t *t = json_object_get(j, "timings");
+    *drafted = json_integer_value(json_object_get(t, "draft_n"));
+    *accepted = json_integer_value(json_object_get(t, "draft_n_accepted"));
+    const char *s = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    assert_non_null(s);
+    *text = strdup(s);
+    json_decref(j);
+    http_response_free(&hr);
+}
+
+static void test_drafts_through_the_server(void **state)
+{
+    (void)state;
+    char log[512], port_file[512];
+    snprintf(log, sizeof(log), "%s/serve-spec-%d.log", testdata_scratch_dir(), (int)getpid());
+    snprintf(port_file, sizeof(port_file), "%s/port-spec-%d", testdata_scratch_dir(),
+             (int)getpid());
+    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--slots", "2", "--ctx", "256",
+                          "-t", "1", "--port", "0", "--port-file", port_file, "--draft-ngram",
+                          "--draft-max", "3", NULL};
+    int port = st_spawn(argv, port_file, log, 1);
+    char *with = NULL, *without = NULL, *capped = NULL;
+    json_int_t d1, a1, d2, a2, d3, a3;
+    complete(port, NULL, &with, &d1, &a1);
+    complete(port, "\"speculative\":false", &without, &d2, &a2);
+    complete(port, "\"speculative.n_max\":0", &capped, &d3, &a3);
+    assert_string_equal(with, without);
+    assert_string_equal(with, capped);
+    assert_true(d1 > 0 && a1 > 0 && a1 <= d1);
+    assert_int_equal(d2, 0);
+    assert_int_equal(d3, 0);
+    char line[128];
+    snprintf(line, sizeof(line), "strata_draft_tokens_total %lld\n", (long long)d1);
+    http_response hr;
+    assert_int_equal(http_do(port, "GET", "/metrics", NULL, NULL, &hr), 0);
+    if (strstr(hr.body, line) == NULL) fail_msg("no '%s' in /metrics", line);
+    snprintf(line, sizeof(line), "strata_draft_accepted_tokens_total %lld\n", (long long)a1);
+    if (strstr(hr.body, line) == NULL) fail_msg("no '%s' in /metrics", line);
+    assert_non_null(strstr(hr.body, "strata_draft_acceptance_rate_count 1\n"));
+    http_response_free(&hr);
+    free(with);
+    free(without);
+    free(capped);
+    st_stop(g_live_pid, log);
+}
+ST_MODEL_TEST(test_drafts_through_the_server)
+
+static void test_bad_values_fail_at_once(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {{"--draft-max", "0"}, {"--draft-max", "17"},
+                              {"--draft-min", "x"}, {"--draft-p-min", "2"},
+                              {"--draft-p-min", "-0.5"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char log[512];
+        snprintf(log, sizeof(log), "%s/serve-spec-bad-%d.log", testdata_scratch_dir(),
+                 (int)getpid());
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) dup2(fd, 2);
+            execl(STRATA_BIN, STRATA_BIN, "serve", "-m", g_model, "--port", "0", cases[i][0],
+                  cases[i][1], (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 2);
+        size_t n;
+        char *raw = testdata_read_file(log, &n);
+        assert_non_null(raw);
+        char *text = strndup(raw, n);
+        free(raw);
+        if (strstr(text, "bad value for") == NULL || strstr(text, cases[i][0]) == NULL) {
+            fail_msg("%s %s: not refused as a bad value: %s", cases[i][0], cases[i][1], text);
+        }
+        free(text);
+    }
+}
+ST_MODEL_TEST(test_bad_values_fail_at_once)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_drafts_through_the_server_guard, st_kill_leftover),
+        cmocka_unit_test_teardown(test_bad_values_fail_at_once_guard, st_kill_leftover),
+    };
+    return cmocka_run_group_tests(tests, st_setup, st_teardown);
+}

@@ -1,0 +1,463 @@
+/* Speculative decoding (engine.h "Speculative decoding"): the n-gram draft
+ * source on hand-made sequences, and the engine on stories260K and a
+ * random-weight model: with --draft-ngram every request gives exactly the
+ * tokens (and logprobs) it gives without speculation, greedy and seeded,
+ * alone and batched with requests that opted out, across chunk sizes and
+ * slot counts; drafts really are verified (draft_n / draft_accepted_n);
+ * a source that proposes nothing degrades to plain decoding; `ready` names
+ * the configuration; grammar-constrained requests give their tokens too;
+ * and the acceptance rule keeps the distribution of
+ * sampled tokens (a chi-square bound over a fixed seed set). */
+#include "engine/engine.h"
+#include "engine/protocol.h"
+#include "engine/spec.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine_testutil.h"
+
+static model *g_stories;
+static model *g_random;
+
+/* ---- the draft source ---- */
+
+static void test_ngram_source(void **state)
+{
+    (void)state;
+    int32_t d[SPEC_DRAFT_MAX_LIMIT];
+    /* "5 6 7 8 9 5 6 7": the suffix 5 6 7 was followed by 8 9 5 6 ... */
+    const int32_t a[] = {5, 6, 7, 8, 9, 5, 6, 7};
+    int n = spec_ngram_draft(a, 8, d, 4, 1, 0.5f);
+    assert_int_equal(n, 4);
+    assert_int_equal(d[0], 8);
+    assert_int_equal(d[1], 9);
+    assert_int_equal(d[2], 5);
+    assert_int_equal(d[3], 6);
+    /* max and min */
+    assert_int_equal(spec_ngram_draft(a, 8, d, 2, 1, 0.5f), 2);
+    /* nothing repeats: nothing proposed */
+    const int32_t b[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    assert_int_equal(spec_ngram_draft(b, 8, d, 4, 1, 0.0f), 0);
+    /* "1 2 3 | 1 2 4 | 1 2": followers of "1 2" are 3 and 4, one each:
+     * p = 0.5; the most recent (4) wins the tie; p-min 0.6 refuses it */
+    const int32_t c[] = {1, 2, 3, 1, 2, 4, 1, 2};
+    n = spec_ngram_draft(c, 8, d, 1, 1, 0.5f);
+    assert_int_equal(n, 1);
+    assert_int_equal(d[0], 4);
+    assert_int_equal(spec_ngram_draft(c, 8, d, 1, 1, 0.6f), 0);
+    /* fewer than draft_min: none */
+    const int32_t e[] = {9, 1, 2, 3, 1, 2};
+    assert_int_equal(spec_ngram_draft(e, 6, d, 4, 1, 0.5f) >= 1, 1);
+    int got = spec_ngram_draft(e, 6, d, 16, 1, 1.0f);
+    assert_true(got >= 1);
+    assert_int_equal(spec_ngram_draft(e, 6, d, 16, got + 1, 1.0f), 0);
+    /* a single token never matches (the shortest n-gram is SPEC_NGRAM_MIN) */
+    const int32_t f1[] = {3, 3};
+    assert_int_equal(spec_ngram_draft(f1, 1, d, 4, 1, 0.0f), 0);
+}
+
+/* ---- the engine ---- */
+
+typedef struct job {
+    int32_t prompt[96];
+    size_t n_prompt;
+    int64_t max_tokens;
+    double temperature;
+    int64_t seed;
+    const char *extra;
+} job;
+
+/* Runs the jobs (all sent at once, ids 1..n) and returns the collector;
+ * the fixture is closed. */
+static et_collect *run_jobs(const model *m, const engine_params *p, const job *jobs, int n)
+{
+    et_fixture f;
+    et_open(&f, m, p);
+    for (int i = 0; i < n; i++) {
+        char line[8192];
+        et_gen_line(line, sizeof(line), i + 1, jobs[i].prompt, jobs[i].n_prompt,
+                    jobs[i].max_tokens, jobs[i].temperature, jobs[i].seed, jobs[i].extra);
+        et_send(f.e, &f.out, f.c, line);
+    }
+    et_run(f.e, &f.out, f.c);
+    et_collect *c = f.c;
+    f.c = et_collect_new();
+    et_close(&f);
+    return c;
+}
+
+/* Every job's tokens and logprobs are the same in a and b. */
+static void assert_same(const et_collect *a, const et_collect *b, int n)
+{
+    for (int i = 1; i <= n; i++) {
+        const et_rec *x = &a->recs[i], *y = &b->recs[i];
+        if (!(x->done && y->done)) fail_msg("id %d: not done (%s / %s)", i, x->err_msg, y->err_msg);
+        assert_int_equal(x->finish, y->finish);
+        if (x->n_tok != y->n_tok) fail_msg("id %d: %zu vs %zu tokens", i, x->n_tok, y->n_tok);
+        for (size_t k = 0; k < x->n_tok; k++) {
+            if (x->toks[k] != y->toks[k]) {
+                fail_msg("id %d: token %zu is %d vs %d", i, k, x->toks[k], y->toks[k]);
+            }
+        }
+        assert_int_equal(x->n_lps, y->n_lps);
+        for (size_t k = 0; k < x->n_lps; k++) {
+            assert_int_equal(x->lps[k].token, y->lps[k].token);
+            assert_memory_equal(&x->lps[k].logprob, &y->lps[k].logprob, sizeof(float));
+        }
+    }
+}
+
+static int64_t sum_stat(const et_collect *c, int n, bool accepted)
+{
+    int64_t s = 0;
+    for (int i = 1; i <= n; i++) {
+        s += accepted ? c->recs[i].stats.draft_accepted_n : c->recs[i].stats.draft_n;
+        assert_true(c->recs[i].stats.draft_accepted_n <= c->recs[i].stats.draft_n);
+    }
+    return s;
+}
+
+/* The golden prompts, greedy, plus seeded sampled copies of them. */
+static int stories_jobs(job *jobs, int max, int64_t max_tokens)
+{
+    et_golden g[8];
+    size_t n_g = et_load_greedy(g, 8);
+    int n = 0;
+    for (size_t i = 0; i < n_g && n + 2 <= max; i++) {
+        for (int s = 0; s < 2; s++) {
+            job *j = &jobs[n++];
+            memset(j, 0, sizeof(*j));
+            memcpy(j->prompt, g[i].prompt, g[i].n_prompt * sizeof(int32_t));
+            j->n_prompt = g[i].n_prompt;
+            j->max_tokens = max_tokens;
+            j->temperature = s == 0 ? 0.0 : 0.8;
+            j->seed = s == 0 ? -1 : 1000 + (int64_t)i;
+            j->extra = s == 0 ? "\"logprobs\":2" : NULL;
+        }
+    }
+    return n;
+}
+
+static void test_stories_equal(void **state)
+{
+    (void)state;
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 160);
+    assert_true(n >= 2);
+    engine_params plain = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    assert_int_equal(sum_stat(ref, n, false), 0);
+    /* the golden greedy tokens, as a check of the reference itself */
+    et_golden g[8];
+    size_t n_g = et_load_greedy(g, 8);
+    for (size_t i = 0; i < n_g && (int)(2 * i) < n; i++) {
+        const et_rec *r = &ref->recs[2 * i + 1];
+        for (size_t k = 0; k < r->n_tok && k < g[i].n_gen; k++) assert_int_equal(r->toks[k], g[i].gen[k]);
+    }
+    /* speculation on: slot counts, chunk sizes and thread counts */
+    const struct { int slots; int64_t batch; int threads; int draft_max; } cfg[] = {
+        {4, 64, 1, 0}, {1, 512, 2, 4}, {8, 8, 1, 8}, {3, 5, 2, 16}, {16, 256, 1, 2},
+    };
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 512, .n_batch = cfg[c].batch,
+                           .n_threads = cfg[c].threads, .draft_ngram = true,
+                           .draft_max = cfg[c].draft_max};
+        et_collect *got = run_jobs(g_stories, &p, jobs, n);
+        assert_same(ref, got, n);
+        int64_t drafted = sum_stat(got, n, false), accepted = sum_stat(got, n, true);
+        print_message("slots %d batch %lld draft-max %d: %lld drafted, %lld accepted\n",
+                      cfg[c].slots, (long long)cfg[c].batch, cfg[c].draft_max,
+                      (long long)drafted, (long long)accepted);
+        assert_true(accepted > 0);
+        et_collect_free(got);
+    }
+    et_collect_free(ref);
+}
+
+/* Requests that opt out, and ones without the prefix cache, share the
+ * batch with speculating ones; both give the reference tokens. */
+static void test_mixed_batch(void **state)
+{
+    (void)state;
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 120);
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 1) jobs[i].extra = "\"speculative\":false";
+        if (i % 3 == 2) jobs[i].extra = "\"cache\":false,\"draft_max\":2,\"logprobs\":1";
+    }
+    /* the fields change nothing without a draft source */
+    engine_params plain = {.n_slots = 8, .n_ctx = 512, .n_batch = 48, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_ngram = true;
+    et_collect *got = run_jobs(g_stories, &p, jobs, n);
+    assert_same(ref, got, n);
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 1) assert_int_equal(got->recs[i + 1].stats.draft_n, 0);
+    }
+    assert_true(sum_stat(got, n, true) > 0);
+    /* a small pool: drafts only from blocks left over, preemptions still exact */
+    p.kv_max_tokens = 256;
+    p.n_slots = 4;
+    et_collect *small = run_jobs(g_stories, &p, jobs, n);
+    assert_same(ref, small, n);
+    et_collect_free(small);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+/* The random-weight model, with a prompt that repeats (its output is
+ * noise, so drafts come from the prompt or not at all). */
+static void test_random_model(void **state)
+{
+    (void)state;
+    if (g_random == NULL) skip();
+    job jobs[6];
+    int n = 0;
+    int64_t vocab = g_random->hp.n_vocab;
+    for (int i = 0; i < 6; i++) {
+        job *j = &jobs[n++];
+        memset(j, 0, sizeof(*j));
+        j->n_prompt = 48;
+        for (size_t k = 0; k < j->n_prompt; k++) {
+            j->prompt[k] = (int32_t)((k % (size_t)(5 + i)) * 37 % vocab + 1);
+        }
+        j->max_tokens = 40;
+        j->temperature = i % 2 ? 0.7 : 0.0;
+        j->seed = 7 + i;
+    }
+    engine_params plain = {.n_slots = 3, .n_ctx = 256, .n_batch = 16, .n_threads = 1};
+    et_collect *ref = run_jobs(g_random, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_ngram = true;
+    p.draft_p_min = -1.0f; /* no threshold: draft whatever matches */
+    et_collect *got = run_jobs(g_random, &p, jobs, n);
+    assert_same(ref, got, n);
+    assert_true(sum_stat(got, n, false) > 0);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+/* A source that proposes nothing (a prompt without repeats on the
+ * random-weight model, whose first tokens do not repeat 16 tokens either, and
+ * draft-min 16) decodes exactly as without it, with draft_n 0. */
+static void test_no_proposals(void **state)
+{
+    (void)state;
+    if (g_random == NULL) skip();
+    job jobs[2];
+    memset(jobs, 0, sizeof(jobs));
+    for (int i = 0; i < 2; i++) {
+        jobs[i].n_prompt = 64;
+        for (size_t k = 0; k < 64; k++) jobs[i].prompt[k] = (int32_t)(1 + k * 7 + (size_t)i);
+        jobs[i].max_tokens = 24;
+        jobs[i].temperature = i ? 0.9 : 0.0;
+        jobs[i].seed = 3;
+    }
+    engine_params plain = {.n_slots = 2, .n_ctx = 256, .n_batch = 32, .n_threads = 1};
+    et_collect *ref = run_jobs(g_random, &plain, jobs, 2);
+    engine_params p = plain;
+    p.draft_ngram = true;
+    p.draft_max = 16;
+    p.draft_min = 16;
+    p.draft_p_min = 1.0f;
+    et_collect *got = run_jobs(g_random, &p, jobs, 2);
+    assert_same(ref, got, 2);
+    assert_int_equal(sum_stat(got, 2, false), 0);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+/* Grammar-constrained requests speculate too: each verified row is
+ * masked with the grammar's state after the tokens before it, as one-token
+ * decoding masks it, so the output is the same. */
+static void test_grammar(void **state)
+{
+    (void)state;
+    json_t *gs = json_string("root ::= (\"the cat \" | \"the dog \" | \"ran \" | \"and \")+");
+    char *enc = json_dumps(gs, JSON_ENCODE_ANY);
+    json_decref(gs);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"grammar\":%s", enc);
+    free(enc);
+    job jobs[4];
+    int n = stories_jobs(jobs, 4, 60);
+    for (int i = 0; i < n; i++) jobs[i].extra = extra;
+    engine_params plain = {.n_slots = 2, .n_ctx = 256, .n_batch = 32, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_ngram = true;
+    et_collect *got = run_jobs(g_stories, &p, jobs, n);
+    assert_same(ref, got, n);
+    for (int i = 1; i <= n; i++) assert_true(ref->recs[i].n_tok > 0);
+    assert_true(sum_stat(got, n, true) > 0);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+static void test_ready_and_params(void **state)
+{
+    (void)state;
+    engine_params p = {.n_slots = 1, .n_ctx = 128, .draft_ngram = true, .draft_max = 6};
+    engine *e = NULL;
+    strata_err err;
+    assert_int_equal(engine_init(&e, g_stories, &p, &err), 0);
+    proto_msg r;
+    engine_ready(e, &r);
+    assert_string_equal(r.u.ready.draft_source, "ngram");
+    assert_int_equal(r.u.ready.draft_max, 6);
+    assert_int_equal(r.u.ready.draft_min, 1);
+    assert_true(fabs(r.u.ready.draft_p_min - 0.5) < 1e-6);
+    /* and it survives the wire */
+    proto_buf b = {0};
+    assert_int_equal(proto_encode(&r, &b, &err), 0);
+    proto_msg back;
+    proto_error pe;
+    assert_int_equal(proto_decode(b.data, b.len - 1, PROTO_DIR_TO_SERVER, &back, &pe), 0);
+    assert_string_equal(back.u.ready.draft_source, "ngram");
+    assert_int_equal(back.u.ready.draft_max, 6);
+    proto_msg_free(&back);
+    proto_buf_free(&b);
+    engine_free(e);
+    /* without a source: no draft object */
+    engine_params q = {.n_slots = 1, .n_ctx = 128};
+    assert_int_equal(engine_init(&e, g_stories, &q, &err), 0);
+    engine_ready(e, &r);
+    assert_null(r.u.ready.draft_source);
+    engine_free(e);
+    /* out of range */
+    engine_params bad = {.n_slots = 1, .n_ctx = 128, .draft_ngram = true, .draft_max = 17};
+    assert_int_equal(engine_init(&e, g_stories, &bad, &err), STRATA_EINVAL);
+    /* a gen's fields */
+    const char *line = "{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"speculative\":false,"
+                       "\"draft_max\":3}";
+    proto_msg g;
+    assert_int_equal(proto_decode(line, strlen(line), PROTO_DIR_TO_ENGINE, &g, &pe), 0);
+    assert_true(g.u.gen.no_speculative);
+    assert_true(g.u.gen.has_draft_max);
+    assert_int_equal(g.u.gen.draft_max, 3);
+    proto_msg_free(&g);
+    line = "{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"speculative\":1}";
+    assert_int_not_equal(proto_decode(line, strlen(line), PROTO_DIR_TO_ENGINE, &g, &pe), 0);
+}
+
+/* The acceptance rule: over a fixed set of seeds, the token at a position
+ * where drafts are verified has the same empirical distribution with and
+ * without speculation (two-sample chi-square, bins with too few counts
+ * merged, below the 0.999 quantile). With this rule the seeded outputs
+ * are even equal, which assert_same checks first. */
+static void test_acceptance_distribution(void **state)
+{
+    (void)state;
+    et_golden g[1];
+    assert_int_equal(et_load_greedy(g, 1), 1);
+    enum { N_SEEDS = 240, AT = 24 };
+    job *jobs = calloc(N_SEEDS, sizeof(job));
+    assert_non_null(jobs);
+    for (int i = 0; i < N_SEEDS; i++) {
+        memcpy(jobs[i].prompt, g[0].prompt, g[0].n_prompt * sizeof(int32_t));
+        /* the prompt and the start of its greedy story: repeats to draft from */
+        size_t np = g[0].n_prompt;
+        for (size_t k = 0; k < 48 && np < 96; k++) jobs[i].prompt[np++] = g[0].gen[k];
+        jobs[i].n_prompt = np;
+        jobs[i].max_tokens = AT + 1;
+        jobs[i].temperature = 1.0;
+        jobs[i].seed = 5000 + i;
+        jobs[i].extra = "\"ignore_eos\":true";
+    }
+    engine_params plain = {.n_slots = 16, .n_ctx = 256, .n_batch = 256, .n_threads = 2};
+    engine_params p = plain;
+    p.draft_ngram = true;
+    p.draft_p_min = -1.0f;
+    et_collect *a = run_jobs(g_stories, &plain, jobs, N_SEEDS);
+    et_collect *b = run_jobs(g_stories, &p, jobs, N_SEEDS);
+    assert_true(sum_stat(b, N_SEEDS, false) > 0);
+    int32_t vocab = (int32_t)g_stories->hp.n_vocab;
+    int *ca = calloc((size_t)vocab, sizeof(int)), *cb = calloc((size_t)vocab, sizeof(int));
+    assert_true(ca != NULL && cb != NULL);
+    for (int i = 1; i <= N_SEEDS; i++) {
+        assert_true(a->recs[i].n_tok > AT && b->recs[i].n_tok > AT);
+        ca[a->recs[i].toks[AT]]++;
+        cb[b->recs[i].toks[AT]]++;
+    }
+    /* two-sample chi-square over bins of >= 5 expected, the rest pooled */
+    double chi = 0.0;
+    int df = -1, ra = 0, rb = 0;
+    for (int32_t t = 0; t < vocab; t++) {
+        if (ca[t] + cb[t] < 10) {
+            ra += ca[t];
+            rb += cb[t];
+            continue;
+        }
+        double e = (ca[t] + cb[t]) / 2.0;
+        chi += (ca[t] - e) * (ca[t] - e) / e + (cb[t] - e) * (cb[t] - e) / e;
+        df++;
+    }
+    if (ra + rb > 0) {
+        double e = (ra + rb) / 2.0;
+        chi += (ra - e) * (ra - e) / e + (rb - e) * (rb - e) / e;
+        df++;
+    }
+    assert_true(df >= 1);
+    /* the 0.999 quantile, Wilson-Hilferty */
+    double z = 3.09, k = df;
+    double bound = k * pow(1.0 - 2.0 / (9.0 * k) + z * sqrt(2.0 / (9.0 * k)), 3.0);
+    print_message("chi-square %.2f, df %d, bound %.2f\n", chi, df, bound);
+    assert_true(chi < bound);
+    assert_same(a, b, N_SEEDS);
+    free(ca);
+    free(cb);
+    free(jobs);
+    et_collect_free(a);
+    et_collect_free(b);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char path[4096];
+    TESTDATA_FILE(path, "models/stories260K.gguf");
+    strata_err err;
+    if (model_open(&g_stories, path, &err) != 0) {
+        print_error("%s\n", err.msg);
+        return -1;
+    }
+    if (testdata_path(path, sizeof(path), "models/llama-2-tiny-random.gguf") == NULL ||
+        model_open(&g_random, path, &err) != 0) {
+        g_random = NULL;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    model_close(g_stories);
+    if (g_random != NULL) model_close(g_random);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ngram_source),
+        cmocka_unit_test(test_stories_equal),
+        cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_no_proposals),
+        cmocka_unit_test(test_grammar),
+        cmocka_unit_test(test_ready_and_params),
+        cmocka_unit_test(test_acceptance_distribution),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
