@@ -243,6 +243,9 @@ static const tensor_dequant_fn k_dequant[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_Q8_K] = tensor_dequant_row_q8_k,
     [STRATA_TYPE_IQ4_NL] = tensor_dequant_row_iq4_nl,
     [STRATA_TYPE_IQ4_XS] = tensor_dequant_row_iq4_xs,
+    [STRATA_TYPE_TQ1_0] = tensor_dequant_row_tq1_0,
+    [STRATA_TYPE_TQ2_0] = tensor_dequant_row_tq2_0,
+    [STRATA_TYPE_MXFP4] = tensor_dequant_row_mxfp4,
 };
 
 tensor_dequant_fn tensor_get_dequant(uint32_t type)

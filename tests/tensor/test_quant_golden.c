@@ -77,6 +77,9 @@ static const struct {
     {"golden/models/llama-IQ4_NL.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-IQ4_XS.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-Q4_K_M.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-TQ1_0.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-TQ2_0.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-MXFP4.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/qwen2-F16.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q8_0.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q4_K.gguf", "golden/models/qwen2-F32.gguf"},
@@ -111,6 +114,13 @@ static const struct {
     {STRATA_TYPE_Q6_K, 0.0214, 0.0194},   /* 0.017818 / 0.016122 */
     {STRATA_TYPE_IQ4_NL, 0.092, 0.079},   /* 0.076438 / 0.065496 */
     {STRATA_TYPE_IQ4_XS, 0.093, 0.089},   /* 0.077004 / 0.073520 */
+    /* Ternary: llama.cpp scales each block by its largest magnitude, so
+     * most Gaussian weights round to 0 (an RMS error near 0.8 is the
+     * format's, not a decoding error) and no error exceeds half the scale.
+     * A wrong layout exceeds both bounds. */
+    {STRATA_TYPE_TQ1_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
+    {STRATA_TYPE_TQ2_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
+    {STRATA_TYPE_MXFP4, 0.142, 0.246},    /* 0.118546 / 0.205009 */
 };
 
 static int bound_index(uint32_t type)
