@@ -68,8 +68,7 @@ TENSOR_AVX2_INLINE __m256i tq1_codes(const block_tq1_0 *b, int c)
 }
 
 /* TQ2_0 (TQ1 = 0) and TQ1_0 (TQ1 = 1). The codes t (0..2) are maddubs's
- * unsigned operand (pairs <= 2 * 2 * 128); isum = sum t x - sum x, the
- * second term from the bsums. */
+ * unsigned operand (pairs <= 2 * 2 * 128); isum = sum t x - sum x. */
 TENSOR_AVX2_INLINE void tq_tile(int64_t n, const void *w, size_t ws, const void *x, size_t xs,
                                 float *y, size_t ys, const int NR, const int NT, const int TQ1)
 {
@@ -77,8 +76,20 @@ TENSOR_AVX2_INLINE void tq_tile(int64_t n, const void *w, size_t ws, const void 
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++)
             acc[r][t] = _mm256_setzero_ps();
-    const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
+    const __m256i ones8 = _mm256_set1_epi8(1), m3 = _mm256_set1_epi8(3);
     for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        /* int32 lane k of xsum[t]: the sum of the activations that lane k
+         * of isum multiplies (bytes 4k..4k+3 of each 32-byte chunk), so
+         * that isum - xsum is exact per lane (zero weights give 0.0) */
+        __m256i xsum[MT];
+        for (int t = 0; t < NT; t++) {
+            const block_q8_k *xb = ROW_BLOCK(block_q8_k, x, t, xs, ib);
+            xsum[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * c));
+                xsum[t] = _mm256_add_epi32(xsum[t], tensor_dot4_u8s8(ones8, xv));
+            }
+        }
         __m256i isum[MR][MT];
         float dw[MR];
         for (int r = 0; r < NR; r++) {
@@ -108,18 +119,15 @@ TENSOR_AVX2_INLINE void tq_tile(int64_t n, const void *w, size_t ws, const void 
                 const block_q8_k *xb = ROW_BLOCK(block_q8_k, x, t, xs, ib);
                 for (int c = 0; c < 8; c++) {
                     __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * c));
-                    isum[r][t] = _mm256_add_epi32(
-                        isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[c], xv), ones16));
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], tensor_dot4_u8s8(q[c], xv));
                 }
             }
         }
         for (int t = 0; t < NT; t++) {
-            const block_q8_k *xb = ROW_BLOCK(block_q8_k, x, t, xs, ib);
-            const __m256i bs = _mm256_madd_epi16(
-                _mm256_loadu_si256((const __m256i *)xb->bsums), ones16);
+            const float dx = ROW_BLOCK(block_q8_k, x, t, xs, ib)->d;
             for (int r = 0; r < NR; r++) {
-                __m256i s = _mm256_sub_epi32(isum[r][t], bs);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * xb->d), _mm256_cvtepi32_ps(s),
+                __m256i s = _mm256_sub_epi32(isum[r][t], xsum[t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(s),
                                             acc[r][t]);
             }
         }
