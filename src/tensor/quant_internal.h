@@ -216,6 +216,13 @@ TENSOR_ROW_FNS(iq4_xs)
 TENSOR_DEQUANT_FN(tq1_0)
 TENSOR_DEQUANT_FN(tq2_0)
 TENSOR_DEQUANT_FN(mxfp4)
+TENSOR_DEQUANT_FN(iq2_xxs)
+TENSOR_DEQUANT_FN(iq2_xs)
+TENSOR_DEQUANT_FN(iq2_s)
+TENSOR_DEQUANT_FN(iq3_xxs)
+TENSOR_DEQUANT_FN(iq3_s)
+TENSOR_DEQUANT_FN(iq1_s)
+TENSOR_DEQUANT_FN(iq1_m)
 #undef TENSOR_DEQUANT_FN
 
 /* The argument checks tensor_dequantize_row and tensor_quantize_row share,

@@ -86,6 +86,13 @@ static void test_block_sizes_match_type_table(void **state)
         {STRATA_TYPE_TQ1_0, sizeof(block_tq1_0), TENSOR_QK_K},
         {STRATA_TYPE_TQ2_0, sizeof(block_tq2_0), TENSOR_QK_K},
         {STRATA_TYPE_MXFP4, sizeof(block_mxfp4), TENSOR_QK},
+        {STRATA_TYPE_IQ2_XXS, sizeof(block_iq2_xxs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ2_XS, sizeof(block_iq2_xs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ2_S, sizeof(block_iq2_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ3_XXS, sizeof(block_iq3_xxs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ3_S, sizeof(block_iq3_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ1_S, sizeof(block_iq1_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ1_M, sizeof(block_iq1_m), TENSOR_QK_K},
     };
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
         const strata_type_info *ti = strata_type_get(blocks[i].type);
@@ -114,7 +121,10 @@ static void test_api_contract(void **state)
         assert_null(tensor_get_dequant(unsupported[i]));
     }
     /* decode-only types: decoded, never encoded */
-    static const uint32_t decode_only[] = {STRATA_TYPE_TQ1_0, STRATA_TYPE_TQ2_0, STRATA_TYPE_MXFP4};
+    static const uint32_t decode_only[] = {
+        STRATA_TYPE_TQ1_0,   STRATA_TYPE_TQ2_0, STRATA_TYPE_MXFP4, STRATA_TYPE_IQ2_XXS,
+        STRATA_TYPE_IQ2_XS,  STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S,
+        STRATA_TYPE_IQ1_S,   STRATA_TYPE_IQ1_M};
     memset(q, 0, sizeof q);
     for (size_t i = 0; i < sizeof decode_only / sizeof decode_only[0]; i++) {
         assert_false(tensor_type_supported(decode_only[i]));

@@ -80,6 +80,13 @@ static const struct {
     {"golden/models/llama-TQ1_0.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-TQ2_0.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-MXFP4.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_XXS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_XS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ3_XXS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ3_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ1_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ1_M.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/qwen2-F16.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q8_0.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q4_K.gguf", "golden/models/qwen2-F32.gguf"},
@@ -121,6 +128,13 @@ static const struct {
     {STRATA_TYPE_TQ1_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
     {STRATA_TYPE_TQ2_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
     {STRATA_TYPE_MXFP4, 0.142, 0.246},    /* 0.118546 / 0.205009 */
+    {STRATA_TYPE_IQ2_XXS, 0.414, 0.601}, /* 0.345034 / 0.501140 */
+    {STRATA_TYPE_IQ2_XS, 0.361, 0.533}, /* 0.300610 / 0.444006 */
+    {STRATA_TYPE_IQ2_S, 0.299, 0.447}, /* 0.249429 / 0.372545 */
+    {STRATA_TYPE_IQ3_XXS, 0.219, 0.369}, /* 0.182473 / 0.307480 */
+    {STRATA_TYPE_IQ3_S, 0.165, 0.213}, /* 0.137269 / 0.177180 */
+    {STRATA_TYPE_IQ1_S, 0.584, 0.668}, /* 0.486536 / 0.556390 */
+    {STRATA_TYPE_IQ1_M, 0.543, 0.76}, /* 0.452468 / 0.633310 */
 };
 
 static int bound_index(uint32_t type)

@@ -36,8 +36,9 @@
 
 #define REL_TOL 1e-5
 
-/* Where a type keeps its block scale: an f16 at d_off, or an E8M0 byte. */
-enum scale_kind { SCALE_F16, SCALE_E8M0 };
+/* Where a type keeps its block scale: an f16 at d_off, an E8M0 byte, or
+ * IQ1_M's f16 spread over the top nibbles of 4 words at d_off. */
+enum scale_kind { SCALE_F16, SCALE_E8M0, SCALE_IQ1M };
 
 typedef struct iq_type {
     uint32_t type;
@@ -50,6 +51,13 @@ static const iq_type k_types[] = {
     {STRATA_TYPE_TQ1_0, SCALE_F16, 52, 0x80}, /* every base-3 digit 1 */
     {STRATA_TYPE_TQ2_0, SCALE_F16, 64, 0x55}, /* every 2-bit code 1 */
     {STRATA_TYPE_MXFP4, SCALE_E8M0, 0, 0x00},
+    {STRATA_TYPE_IQ2_XXS, SCALE_F16, 0, -1}, /* no codebook entry is 0 */
+    {STRATA_TYPE_IQ2_XS, SCALE_F16, 0, -1},
+    {STRATA_TYPE_IQ2_S, SCALE_F16, 0, -1},
+    {STRATA_TYPE_IQ3_XXS, SCALE_F16, 0, -1},
+    {STRATA_TYPE_IQ3_S, SCALE_F16, 0, -1},
+    {STRATA_TYPE_IQ1_S, SCALE_F16, 0, -1}, /* 8v +- 1 is never 0 */
+    {STRATA_TYPE_IQ1_M, SCALE_IQ1M, 48, -1},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -74,10 +82,15 @@ static void make_weights(const iq_type *ty, enum wmode mode, int64_t n, uint8_t 
                                                : (uint8_t)strata_rng_next(rng);
     for (size_t ib = 0; ib < nb; ib++) {
         uint8_t *d = w + ib * bb + ty->d_off;
-        if (ty->kind == SCALE_F16) {
+        if (ty->kind == SCALE_F16 || ty->kind == SCALE_IQ1M) {
             float v = (float)(strata_rng_uniform(rng) + 0.5) * (strata_rng_next(rng) & 1 ? 1 : -1);
             uint16_t h = mode == W_BIG ? 0x7bff : tensor_f32_to_f16(v * 0.05f);
-            memcpy(d, &h, 2);
+            if (ty->kind == SCALE_F16) {
+                memcpy(d, &h, 2);
+            } else {
+                for (int k = 0; k < 4; k++) /* nibble k of h -> top nibble of word k */
+                    d[2 * k + 1] = (uint8_t)((d[2 * k + 1] & 0x0f) | ((h >> (4 * k)) & 15) << 4);
+            }
         } else {
             /* 2^(e-128) * 12 * 127 * d_x stays finite well past e = 160 */
             *d = mode == W_BIG ? 160 : (uint8_t)(110 + strata_rng_next(rng) % 30);
