@@ -162,6 +162,8 @@ static void test_kernels(void **state)
         const uint32_t t = ty->type, at = (uint32_t)tensor_matmul_vec_dot_type(t);
         const tensor_mm_kernels *ks = tensor_mm_kernels_exact(t, STRATA_SIMD_SCALAR);
         assert_non_null(ks);
+        if (max >= STRATA_SIMD_AVX2) /* every type here has AVX2 kernels */
+            assert_non_null(tensor_mm_kernels_exact(t, STRATA_SIMD_AVX2));
         const int64_t blocks[] = {1, 3, 16};
         for (size_t bi = 0; bi < 3; bi++) {
             const int64_t n = blocks[bi] * block_elems(t);
