@@ -147,6 +147,42 @@ static int bound_index(uint32_t type)
 
 /* --- decoding real files --- */
 
+/* llama.cpp's TQ1_0 and TQ2_0 files hold the same ternary values in two
+ * layouts (same scales, same digits): decoded, every matrix must be
+ * bit-identical, which checks each layout's element order against the
+ * other's far more tightly than an error bound can. */
+static void test_ternary_layouts_agree(void **state)
+{
+    (void)state;
+    TESTDATA_REQUIRE();
+    gguf *a = open_model("golden/models/llama-TQ1_0.gguf");
+    gguf *b = open_model("golden/models/llama-TQ2_0.gguf");
+    if (a == NULL || b == NULL) {
+        print_message("note: ternary golden files missing, not checked\n");
+        if (a != NULL) gguf_close(a);
+        if (b != NULL) gguf_close(b);
+        return;
+    }
+    int n = 0;
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const gguf_tensor *ta = &a->tensors[i];
+        if (!is_matrix(ta)) continue;
+        const gguf_tensor *tb = gguf_find_tensor(b, ta->name);
+        assert_non_null(tb);
+        assert_int_equal(ta->type, STRATA_TYPE_TQ1_0);
+        assert_int_equal(tb->type, STRATA_TYPE_TQ2_0);
+        float *ya = decode_tensor(ta), *yb = decode_tensor(tb);
+        if (memcmp(ya, yb, (size_t)ta->n_elems * sizeof(float)) != 0)
+            fail_msg("%s: TQ1_0 and TQ2_0 decode differently", ta->name);
+        free(ya);
+        free(yb);
+        n++;
+    }
+    assert_true(n > 0);
+    gguf_close(a);
+    gguf_close(b);
+}
+
 static void test_decode_golden_files(void **state)
 {
     (void)state;
@@ -388,6 +424,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_golden_files),
+        cmocka_unit_test(test_ternary_layouts_agree),
         cmocka_unit_test(test_encode_vs_llama_cpp),
         cmocka_unit_test(test_reencode_reproduces_file),
     };
