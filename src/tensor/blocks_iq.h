@@ -9,6 +9,7 @@
 #define STRATA_TENSOR_BLOCKS_IQ_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* TQ2_0: ternary weights, 2 bits each: element i, with h = i / 128,
  * c = (i % 128) / 32, l = i % 32, has code q = (qs[32h + l] >> 2c) & 3
@@ -142,9 +143,17 @@ extern const int8_t tensor_mxfp4_values[16];
 /* 3^k for the TQ1_0 digits. */
 extern const uint8_t tensor_tq1_pow3[5];
 
-/* The E8M0 scale of MXFP4 halved: 2^(e - 128), exact for every e
- * (subnormal for e < 2). */
-float tensor_e8m0_half(uint8_t e);
+/* The E8M0 scale of MXFP4 halved: 2^(e - 128), exact for every e: the
+ * float with exponent field e - 1 for e >= 2, the subnormals 2^-128 and
+ * 2^-127 (bit 21 and 22 of the fraction) for e = 0 and 1. Built from bits
+ * because the kernels take it once per block. */
+static inline float tensor_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* The codebooks (iq_grids.c). */
 extern const uint8_t tensor_iq_ksigns[128];

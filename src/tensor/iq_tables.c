@@ -2,15 +2,9 @@
  * see blocks_iq.h for how each is indexed). */
 #include "tensor/blocks_iq.h"
 
-#include <math.h>
 
 const int8_t tensor_mxfp4_values[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 };
 
 const uint8_t tensor_tq1_pow3[5] = {1, 3, 9, 27, 81};
-
-float tensor_e8m0_half(uint8_t e)
-{
-    return ldexpf(1.0f, (int)e - 128);
-}

@@ -25,6 +25,7 @@
 #include "base/threadpool.h"
 #include "gguf/types.h"
 #include "tensor/blocks.h"
+#include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/matmul_kernels.h"
@@ -226,6 +227,14 @@ static void test_kernels(void **state)
     if (max >= STRATA_SIMD_AVX2) assert_true(n_simd > 0);
 }
 
+/* The E8M0 scale built from bits is 2^(e - 128) for every e. */
+static void test_e8m0(void **state)
+{
+    (void)state;
+    for (int e = 0; e < 256; e++)
+        assert_true(tensor_e8m0_half((uint8_t)e) == ldexpf(1.0f, e - 128));
+}
+
 /* --- (c) --- */
 
 static void check_matmul(strata_pool *pool, enum strata_simd_level level, const iq_type *ty,
@@ -283,6 +292,7 @@ static void test_matmul(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_e8m0),
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_matmul),
     };
