@@ -157,6 +157,7 @@ static inline float tensor_e8m0_half(uint8_t e)
 
 /* The codebooks (iq_grids.c). */
 extern const uint8_t tensor_iq_ksigns[128];
+extern const uint64_t tensor_iq_ksigns_mask[128]; /* the same as byte masks */
 extern const uint64_t tensor_iq2xxs_grid[256];
 extern const uint64_t tensor_iq2xs_grid[512];
 extern const uint64_t tensor_iq2s_grid[1024];

@@ -35,12 +35,18 @@ TENSOR_AVX2_INLINE __m256i signs_pm1(uint32_t bits)
     return _mm256_or_si256(neg, _mm256_set1_epi8(1));
 }
 
-/* The sign word of 4 groups from 4 seven-bit fields of a, 7 bits apart. */
-static inline uint32_t ksigns4(uint32_t a)
+/* Negates the bytes of m where mask is 0xff (two's complement: (m ^ -1) + 1). */
+TENSOR_AVX2_INLINE __m256i negate_where(__m256i m, __m256i mask)
 {
-    return (uint32_t)tensor_iq_ksigns[a & 127] | (uint32_t)tensor_iq_ksigns[(a >> 7) & 127] << 8 |
-           (uint32_t)tensor_iq_ksigns[(a >> 14) & 127] << 16 |
-           (uint32_t)tensor_iq_ksigns[(a >> 21) & 127] << 24;
+    return _mm256_sub_epi8(_mm256_xor_si256(m, mask), mask);
+}
+
+/* The sign masks of 4 groups from 4 seven-bit fields of a, 7 bits apart. */
+TENSOR_AVX2_INLINE __m256i ksigns_mask4(uint32_t a)
+{
+    const uint64_t *m = tensor_iq_ksigns_mask;
+    return _mm256_set_epi64x((long long)m[(a >> 21) & 127], (long long)m[(a >> 14) & 127],
+                             (long long)m[(a >> 7) & 127], (long long)m[a & 127]);
 }
 
 TENSOR_AVX2_INLINE __m256i grid64x4(const uint64_t *grid, int i0, int i1, int i2, int i3)
@@ -65,15 +71,14 @@ TENSOR_AVX2_INLINE __m256i iq_part(const uint32_t type, const void *blk, int g)
         uint32_t a0 = b->qs[4 * g] | (uint32_t)b->qs[4 * g + 1] << 16;
         uint32_t a1 = b->qs[4 * g + 2] | (uint32_t)b->qs[4 * g + 3] << 16;
         __m256i m = grid64x4(tensor_iq2xxs_grid, a0 & 255, (a0 >> 8) & 255, (a0 >> 16) & 255, a0 >> 24);
-        return _mm256_sign_epi8(m, signs_pm1(ksigns4(a1)));
+        return negate_where(m, ksigns_mask4(a1));
     }
     case STRATA_TYPE_IQ2_XS: {
         const uint16_t *q = ((const block_iq2_xs *)blk)->qs + 4 * g;
         __m256i m = grid64x4(tensor_iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-        uint32_t s = (uint32_t)tensor_iq_ksigns[q[0] >> 9] | (uint32_t)tensor_iq_ksigns[q[1] >> 9] << 8 |
-                     (uint32_t)tensor_iq_ksigns[q[2] >> 9] << 16 |
-                     (uint32_t)tensor_iq_ksigns[q[3] >> 9] << 24;
-        return _mm256_sign_epi8(m, signs_pm1(s));
+        const uint64_t *sm = tensor_iq_ksigns_mask;
+        return negate_where(m, _mm256_set_epi64x((long long)sm[q[3] >> 9], (long long)sm[q[2] >> 9],
+                                                 (long long)sm[q[1] >> 9], (long long)sm[q[0] >> 9]));
     }
     case STRATA_TYPE_IQ2_S: {
         const block_iq2_s *b = blk;
@@ -89,7 +94,7 @@ TENSOR_AVX2_INLINE __m256i iq_part(const uint32_t type, const void *blk, int g)
         const uint32_t *gr = tensor_iq3xxs_grid;
         __m256i m = _mm256_set_epi32((int)gr[q[7]], (int)gr[q[6]], (int)gr[q[5]], (int)gr[q[4]],
                                      (int)gr[q[3]], (int)gr[q[2]], (int)gr[q[1]], (int)gr[q[0]]);
-        return _mm256_sign_epi8(m, signs_pm1(ksigns4(load_u32(b->qs + 64 + 4 * g))));
+        return negate_where(m, ksigns_mask4(load_u32(b->qs + 64 + 4 * g)));
     }
     case STRATA_TYPE_IQ3_S: {
         const block_iq3_s *b = blk;
