@@ -243,6 +243,16 @@ static const tensor_dequant_fn k_dequant[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_Q8_K] = tensor_dequant_row_q8_k,
     [STRATA_TYPE_IQ4_NL] = tensor_dequant_row_iq4_nl,
     [STRATA_TYPE_IQ4_XS] = tensor_dequant_row_iq4_xs,
+    [STRATA_TYPE_TQ1_0] = tensor_dequant_row_tq1_0,
+    [STRATA_TYPE_TQ2_0] = tensor_dequant_row_tq2_0,
+    [STRATA_TYPE_MXFP4] = tensor_dequant_row_mxfp4,
+    [STRATA_TYPE_IQ2_XXS] = tensor_dequant_row_iq2_xxs,
+    [STRATA_TYPE_IQ2_XS] = tensor_dequant_row_iq2_xs,
+    [STRATA_TYPE_IQ2_S] = tensor_dequant_row_iq2_s,
+    [STRATA_TYPE_IQ3_XXS] = tensor_dequant_row_iq3_xxs,
+    [STRATA_TYPE_IQ3_S] = tensor_dequant_row_iq3_s,
+    [STRATA_TYPE_IQ1_S] = tensor_dequant_row_iq1_s,
+    [STRATA_TYPE_IQ1_M] = tensor_dequant_row_iq1_m,
 };
 
 tensor_dequant_fn tensor_get_dequant(uint32_t type)

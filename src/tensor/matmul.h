@@ -4,8 +4,8 @@
  *
  * The activations are first quantized, once per call, to the type that
  * pairs with the weights (tensor_matmul_vec_dot_type): Q8_0 for Q4_0, Q5_0,
- * Q8_0 and IQ4_NL; Q8_1 for Q4_1 and Q5_1; Q8_K for the K-quants and
- * IQ4_XS. The codes are then multiplied in integer arithmetic, and float
+ * Q8_0, IQ4_NL and MXFP4; Q8_1 for Q4_1 and Q5_1; Q8_K for the K-quants,
+ * IQ4_XS, TQ1_0 and TQ2_0. The codes are then multiplied in integer arithmetic, and float
  * only enters for the block scales. F32, F16 and BF16 weights are
  * multiplied with the float32 activations as they are (no scratch): f16 and
  * bf16 values are widened to float32 (exactly) and the products summed in
@@ -28,7 +28,8 @@
 #include <stdint.h>
 
 /* True when tensor_matmul takes weights of this type: F32, F16, BF16, Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. */
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+ * TQ1_0, TQ2_0, MXFP4. */
 bool tensor_matmul_supported(uint32_t type);
 
 /* The activation type for weights of `type` (F32 for the float types), or

@@ -81,7 +81,17 @@ int tensor_matmul_at_level(struct strata_pool *pool, enum strata_simd_level leve
     extern const tensor_mm_kernels tensor_mmk_q5_k_##level;   \
     extern const tensor_mm_kernels tensor_mmk_q6_k_##level;   \
     extern const tensor_mm_kernels tensor_mmk_iq4_nl_##level; \
-    extern const tensor_mm_kernels tensor_mmk_iq4_xs_##level;
+    extern const tensor_mm_kernels tensor_mmk_iq4_xs_##level; \
+    extern const tensor_mm_kernels tensor_mmk_tq1_0_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_tq2_0_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_mxfp4_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_iq2_xxs_##level; \
+    extern const tensor_mm_kernels tensor_mmk_iq2_xs_##level; \
+    extern const tensor_mm_kernels tensor_mmk_iq2_s_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_iq3_xxs_##level; \
+    extern const tensor_mm_kernels tensor_mmk_iq3_s_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_iq1_s_##level;  \
+    extern const tensor_mm_kernels tensor_mmk_iq1_m_##level;
 
 TENSOR_MM_DECLARE(scalar)
 

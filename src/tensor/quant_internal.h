@@ -211,6 +211,20 @@ TENSOR_ROW_FNS(iq4_xs)
 
 #undef TENSOR_ROW_FNS
 
+/* Decode-only types (dequant_iq.c): no encoder. */
+#define TENSOR_DEQUANT_FN(name) void tensor_dequant_row_##name(const void *src, float *dst, int64_t n);
+TENSOR_DEQUANT_FN(tq1_0)
+TENSOR_DEQUANT_FN(tq2_0)
+TENSOR_DEQUANT_FN(mxfp4)
+TENSOR_DEQUANT_FN(iq2_xxs)
+TENSOR_DEQUANT_FN(iq2_xs)
+TENSOR_DEQUANT_FN(iq2_s)
+TENSOR_DEQUANT_FN(iq3_xxs)
+TENSOR_DEQUANT_FN(iq3_s)
+TENSOR_DEQUANT_FN(iq1_s)
+TENSOR_DEQUANT_FN(iq1_m)
+#undef TENSOR_DEQUANT_FN
+
 /* The argument checks tensor_dequantize_row and tensor_quantize_row share,
  * for a row function fn of `type`: 0 to convert, 1 for an empty row
  * (nothing to do), or a negative code (STRATA_EUNSUPPORTED when fn is NULL,

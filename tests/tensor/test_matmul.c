@@ -628,10 +628,10 @@ static void test_api_errors(void **state)
     char w[4096] = {0};
     /* types without kernels */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q8_K));
-    assert_false(tensor_matmul_supported(STRATA_TYPE_IQ2_XXS));
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q4_0_4_4));
     assert_false(tensor_matmul_supported(STRATA_TYPE_COUNT));
     assert_int_equal(tensor_matmul_vec_dot_type(STRATA_TYPE_I32), -1);
-    assert_int_equal(tensor_matmul(NULL, STRATA_TYPE_IQ2_XXS, w, 1, 256, x, 1, y, scratch),
+    assert_int_equal(tensor_matmul(NULL, STRATA_TYPE_Q4_0_4_4, w, 1, 256, x, 1, y, scratch),
                      STRATA_EUNSUPPORTED);
     assert_int_equal(tensor_matmul(NULL, 9999, w, 1, 32, x, 1, y, scratch), STRATA_EUNSUPPORTED);
     /* n_cols not a whole number of blocks */

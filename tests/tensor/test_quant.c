@@ -20,6 +20,7 @@
 #include "base/rng.h"
 #include "quant_testutil.h"
 #include "tensor/blocks.h"
+#include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/quant.h"
 
@@ -82,6 +83,16 @@ static void test_block_sizes_match_type_table(void **state)
         {STRATA_TYPE_Q8_K, sizeof(block_q8_k), TENSOR_QK_K},
         {STRATA_TYPE_IQ4_NL, sizeof(block_iq4_nl), TENSOR_QK},
         {STRATA_TYPE_IQ4_XS, sizeof(block_iq4_xs), TENSOR_QK_K},
+        {STRATA_TYPE_TQ1_0, sizeof(block_tq1_0), TENSOR_QK_K},
+        {STRATA_TYPE_TQ2_0, sizeof(block_tq2_0), TENSOR_QK_K},
+        {STRATA_TYPE_MXFP4, sizeof(block_mxfp4), TENSOR_QK},
+        {STRATA_TYPE_IQ2_XXS, sizeof(block_iq2_xxs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ2_XS, sizeof(block_iq2_xs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ2_S, sizeof(block_iq2_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ3_XXS, sizeof(block_iq3_xxs), TENSOR_QK_K},
+        {STRATA_TYPE_IQ3_S, sizeof(block_iq3_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ1_S, sizeof(block_iq1_s), TENSOR_QK_K},
+        {STRATA_TYPE_IQ1_M, sizeof(block_iq1_m), TENSOR_QK_K},
     };
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
         const strata_type_info *ti = strata_type_get(blocks[i].type);
@@ -99,16 +110,28 @@ static void test_api_contract(void **state)
     for (size_t t = 0; t < N_TYPES; t++)
         assert_true(tensor_type_supported(k_types[t]));
     /* types this build cannot convert: refused, never guessed */
-    static const uint32_t unsupported[] = {STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ1_S,
-                                           STRATA_TYPE_TQ1_0,   STRATA_TYPE_MXFP4,
-                                           STRATA_TYPE_I8,      STRATA_TYPE_Q4_2,
-                                           STRATA_TYPE_COUNT,   0xffffffffu};
+    static const uint32_t unsupported[] = {STRATA_TYPE_I8,       STRATA_TYPE_Q4_2,
+                                           STRATA_TYPE_Q4_0_4_4, STRATA_TYPE_COUNT,
+                                           0xffffffffu};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         assert_false(tensor_type_supported(unsupported[i]));
         assert_int_equal(tensor_quantize_row(unsupported[i], x, q, 32), STRATA_EUNSUPPORTED);
         assert_int_equal(tensor_dequantize_row(unsupported[i], q, y, 32), STRATA_EUNSUPPORTED);
         assert_null(tensor_get_quant(unsupported[i]));
         assert_null(tensor_get_dequant(unsupported[i]));
+    }
+    /* decode-only types: decoded, never encoded */
+    static const uint32_t decode_only[] = {
+        STRATA_TYPE_TQ1_0,   STRATA_TYPE_TQ2_0, STRATA_TYPE_MXFP4, STRATA_TYPE_IQ2_XXS,
+        STRATA_TYPE_IQ2_XS,  STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S,
+        STRATA_TYPE_IQ1_S,   STRATA_TYPE_IQ1_M};
+    memset(q, 0, sizeof q);
+    for (size_t i = 0; i < sizeof decode_only / sizeof decode_only[0]; i++) {
+        assert_false(tensor_type_supported(decode_only[i]));
+        assert_int_equal(tensor_quantize_row(decode_only[i], x, q, TENSOR_QK_K), STRATA_EUNSUPPORTED);
+        assert_null(tensor_get_quant(decode_only[i]));
+        assert_int_equal(tensor_dequantize_row(decode_only[i], q, y, TENSOR_QK_K), 0);
+        assert_int_equal(tensor_dequantize_row(decode_only[i], q, y, 31), STRATA_EINVAL);
     }
     /* partial blocks, negative counts, NULL with work to do */
     assert_int_equal(tensor_quantize_row(STRATA_TYPE_Q4_0, x, q, 31), STRATA_EINVAL);

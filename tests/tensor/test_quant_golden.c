@@ -77,6 +77,16 @@ static const struct {
     {"golden/models/llama-IQ4_NL.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-IQ4_XS.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/llama-Q4_K_M.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-TQ1_0.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-TQ2_0.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-MXFP4.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_XXS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_XS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ2_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ3_XXS.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ3_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ1_S.gguf", "golden/models/llama-F32.gguf"},
+    {"golden/models/llama-IQ1_M.gguf", "golden/models/llama-F32.gguf"},
     {"golden/models/qwen2-F16.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q8_0.gguf", "golden/models/qwen2-F32.gguf"},
     {"golden/models/qwen2-Q4_K.gguf", "golden/models/qwen2-F32.gguf"},
@@ -111,6 +121,20 @@ static const struct {
     {STRATA_TYPE_Q6_K, 0.0214, 0.0194},   /* 0.017818 / 0.016122 */
     {STRATA_TYPE_IQ4_NL, 0.092, 0.079},   /* 0.076438 / 0.065496 */
     {STRATA_TYPE_IQ4_XS, 0.093, 0.089},   /* 0.077004 / 0.073520 */
+    /* Ternary: llama.cpp scales each block by its largest magnitude, so
+     * most Gaussian weights round to 0 (an RMS error near 0.8 is the
+     * format's, not a decoding error) and no error exceeds half the scale.
+     * A wrong layout exceeds both bounds. */
+    {STRATA_TYPE_TQ1_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
+    {STRATA_TYPE_TQ2_0, 0.90, 0.55},      /* 0.816434 / 0.499376 */
+    {STRATA_TYPE_MXFP4, 0.142, 0.246},    /* 0.118546 / 0.205009 */
+    {STRATA_TYPE_IQ2_XXS, 0.414, 0.601}, /* 0.345034 / 0.501140 */
+    {STRATA_TYPE_IQ2_XS, 0.361, 0.533}, /* 0.300610 / 0.444006 */
+    {STRATA_TYPE_IQ2_S, 0.299, 0.447}, /* 0.249429 / 0.372545 */
+    {STRATA_TYPE_IQ3_XXS, 0.219, 0.369}, /* 0.182473 / 0.307480 */
+    {STRATA_TYPE_IQ3_S, 0.165, 0.213}, /* 0.137269 / 0.177180 */
+    {STRATA_TYPE_IQ1_S, 0.584, 0.668}, /* 0.486536 / 0.556390 */
+    {STRATA_TYPE_IQ1_M, 0.543, 0.76}, /* 0.452468 / 0.633310 */
 };
 
 static int bound_index(uint32_t type)
@@ -122,6 +146,42 @@ static int bound_index(uint32_t type)
 }
 
 /* --- decoding real files --- */
+
+/* llama.cpp's TQ1_0 and TQ2_0 files hold the same ternary values in two
+ * layouts (same scales, same digits): decoded, every matrix must be
+ * bit-identical, which checks each layout's element order against the
+ * other's far more tightly than an error bound can. */
+static void test_ternary_layouts_agree(void **state)
+{
+    (void)state;
+    TESTDATA_REQUIRE();
+    gguf *a = open_model("golden/models/llama-TQ1_0.gguf");
+    gguf *b = open_model("golden/models/llama-TQ2_0.gguf");
+    if (a == NULL || b == NULL) {
+        print_message("note: ternary golden files missing, not checked\n");
+        if (a != NULL) gguf_close(a);
+        if (b != NULL) gguf_close(b);
+        return;
+    }
+    int n = 0;
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const gguf_tensor *ta = &a->tensors[i];
+        if (!is_matrix(ta)) continue;
+        const gguf_tensor *tb = gguf_find_tensor(b, ta->name);
+        assert_non_null(tb);
+        assert_int_equal(ta->type, STRATA_TYPE_TQ1_0);
+        assert_int_equal(tb->type, STRATA_TYPE_TQ2_0);
+        float *ya = decode_tensor(ta), *yb = decode_tensor(tb);
+        if (memcmp(ya, yb, (size_t)ta->n_elems * sizeof(float)) != 0)
+            fail_msg("%s: TQ1_0 and TQ2_0 decode differently", ta->name);
+        free(ya);
+        free(yb);
+        n++;
+    }
+    assert_true(n > 0);
+    gguf_close(a);
+    gguf_close(b);
+}
 
 static void test_decode_golden_files(void **state)
 {
@@ -364,6 +424,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_golden_files),
+        cmocka_unit_test(test_ternary_layouts_agree),
         cmocka_unit_test(test_encode_vs_llama_cpp),
         cmocka_unit_test(test_reencode_reproduces_file),
     };

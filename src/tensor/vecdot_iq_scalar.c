@@ -1,0 +1,142 @@
+/* Scalar reference dot products for TQ1_0, TQ2_0, the IQ types
+ * (activations Q8_K) and MXFP4 (activations Q8_0), in the scheme of vecdot_scalar.c: integer sums
+ * of codes times activation codes per block, and float only for the scales,
+ * once per block:
+ *   TQ1_0, TQ2_0:  sum += (d_w * d_x) * (sum_i t_i x_i - sum_i x_i)
+ *                  (t the stored ternary digit 0..2, w = d (t - 1); the
+ *                  sum of x is Q8_K's bsums);
+ *   MXFP4:         sum += (2^(e-128) * d_x) * sum_i v_i x_i
+ *                  (v twice the E2M1 value, an integer).
+ *   IQ types:      see vd_iq below.
+ * These define what the SIMD variants compute (vecdot_iq_avx2.c). */
+#include "tensor/blocks.h"
+#include "tensor/blocks_iq.h"
+#include "tensor/fp16.h"
+#include "gguf/types.h"
+#include "tensor/iq_internal.h"
+#include "tensor/matmul_kernels.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static int tq1_trit(uint8_t b, int k)
+{
+    uint8_t s = (uint8_t)(b * tensor_tq1_pow3[k]);
+    return ((int)s * 3) >> 8;
+}
+
+static int bsum_total(const block_q8_k *x)
+{
+    int s = 0;
+    for (int j = 0; j < TENSOR_QK_K / 16; j++)
+        s += x->bsums[j];
+    return s;
+}
+
+static float vd_tq1_0(int64_t n, const void *w, const void *x)
+{
+    const block_tq1_0 *wb = w;
+    const block_q8_k *xb = x;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        const int8_t *xq = xb[ib].qs;
+        int isum = 0;
+        for (int k = 0; k < 5; k++)
+            for (int m = 0; m < 32; m++)
+                isum += tq1_trit(wb[ib].qs[m], k) * xq[32 * k + m];
+        for (int k = 0; k < 5; k++)
+            for (int m = 0; m < 16; m++)
+                isum += tq1_trit(wb[ib].qs[32 + m], k) * xq[160 + 16 * k + m];
+        for (int k = 0; k < 4; k++)
+            for (int m = 0; m < 4; m++)
+                isum += tq1_trit(wb[ib].qh[m], k) * xq[240 + 4 * k + m];
+        isum -= bsum_total(&xb[ib]);
+        sum += (tensor_f16_to_f32(wb[ib].d) * xb[ib].d) * (float)isum;
+    }
+    return sum;
+}
+
+static float vd_tq2_0(int64_t n, const void *w, const void *x)
+{
+    const block_tq2_0 *wb = w;
+    const block_q8_k *xb = x;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        int isum = 0;
+        for (int i = 0; i < TENSOR_QK_K; i++) {
+            int q = (wb[ib].qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+            isum += q * xb[ib].qs[i];
+        }
+        isum -= bsum_total(&xb[ib]);
+        sum += (tensor_f16_to_f32(wb[ib].d) * xb[ib].d) * (float)isum;
+    }
+    return sum;
+}
+
+static float vd_mxfp4(int64_t n, const void *w, const void *x)
+{
+    const block_mxfp4 *wb = w;
+    const block_q8_0 *xb = x;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        int isum = 0;
+        for (int j = 0; j < TENSOR_QK / 2; j++)
+            isum += tensor_mxfp4_values[wb[ib].qs[j] & 15] * xb[ib].qs[j] +
+                    tensor_mxfp4_values[wb[ib].qs[j] >> 4] * xb[ib].qs[j + 16];
+        sum += (tensor_e8m0_half(wb[ib].e) * tensor_f16_to_f32(xb[ib].d)) * (float)isum;
+    }
+    return sum;
+}
+
+/* The IQ types x Q8_K: decode the super-block (iq_internal.h), then
+ *   isum = sum_s ls_s * sum_{i in s} q_i x_i   (16-element sub-blocks)
+ *   sum += ((d_w * d_x) * f) * isum. */
+static float vd_iq(uint32_t type, size_t block_bytes, int64_t n, const void *w, const void *x)
+{
+    const block_q8_k *xb = x;
+    const float f = 1.0f / (float)(1 << tensor_iq_f_shift(type));
+    tensor_iq_decoded dec;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        tensor_iq_decode(type, (const char *)w + (size_t)ib * block_bytes, &dec);
+        int isum = 0;
+        for (int s = 0; s < 16; s++) {
+            int d16 = 0;
+            for (int i = 16 * s; i < 16 * s + 16; i++)
+                d16 += dec.q[i] * xb[ib].qs[i];
+            isum += dec.ls[s] * d16;
+        }
+        sum += ((dec.d * xb[ib].d) * f) * (float)isum;
+    }
+    return sum;
+}
+
+#define VD_IQ(name, TYPE)                                                  \
+    static float vd_##name(int64_t n, const void *w, const void *x)       \
+    {                                                                      \
+        return vd_iq(STRATA_TYPE_##TYPE, sizeof(block_##name), n, w, x);   \
+    }
+
+VD_IQ(iq2_xxs, IQ2_XXS)
+VD_IQ(iq2_xs, IQ2_XS)
+VD_IQ(iq2_s, IQ2_S)
+VD_IQ(iq3_xxs, IQ3_XXS)
+VD_IQ(iq3_s, IQ3_S)
+VD_IQ(iq1_s, IQ1_S)
+VD_IQ(iq1_m, IQ1_M)
+
+#define SCALAR_SET(t) \
+    const tensor_mm_kernels tensor_mmk_##t##_scalar = { \
+        .name = #t "/scalar", .vec_dot = vd_##t, .rows_r = 1, .tile_r = 1, .tile_t = 1}
+
+SCALAR_SET(tq1_0);
+SCALAR_SET(tq2_0);
+SCALAR_SET(mxfp4);
+SCALAR_SET(iq2_xxs);
+SCALAR_SET(iq2_xs);
+SCALAR_SET(iq2_s);
+SCALAR_SET(iq3_xxs);
+SCALAR_SET(iq3_s);
+SCALAR_SET(iq1_s);
+SCALAR_SET(iq1_m);
