@@ -110,6 +110,16 @@ static int bind_vector(const gguf *g, const char *name, int64_t n, bool required
     return 0;
 }
 
+/* Row range [r0, r0 + n_rows) of a bound matrix as a matrix of its own
+ * (rows are contiguous, row_bytes apart). */
+static model_matrix matrix_rows(const model_matrix *w, int64_t r0, int64_t n_rows)
+{
+    model_matrix s = *w;
+    s.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    s.n_rows = n_rows;
+    return s;
+}
+
 static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
                       strata_err *err)
 {
@@ -121,9 +131,21 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
     int rc = 0;
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%" PRId64 ".%s", il, suffix), name)
     if (rc == 0) rc = bind_vector(g, NAME("attn_norm.weight"), hp->n_embd, true, &l->attn_norm, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_q.weight"), n_q, hp->n_embd, true, &l->wq, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_k.weight"), n_k, hp->n_embd, true, &l->wk, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_v.weight"), n_v, hp->n_embd, true, &l->wv, err);
+    if (hp->fused_qkv) {
+        model_matrix qkv;
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("attn_qkv.weight"), n_q + n_k + n_v, hp->n_embd, true, &qkv,
+                             err);
+        if (rc == 0) {
+            l->wq = matrix_rows(&qkv, 0, n_q);
+            l->wk = matrix_rows(&qkv, n_q, n_k);
+            l->wv = matrix_rows(&qkv, n_q + n_k, n_v);
+        }
+    } else {
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_q.weight"), n_q, hp->n_embd, true, &l->wq, err);
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_k.weight"), n_k, hp->n_embd, true, &l->wk, err);
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_v.weight"), n_v, hp->n_embd, true, &l->wv, err);
+    }
     if (rc == 0)
         rc = bind_matrix(g, NAME("attn_output.weight"), hp->n_embd, n_o, true, &l->wo, err);
     /* Biases: required for qwen2, taken when present for llama (some
@@ -139,10 +161,29 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
             rc = bind_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, true, &l->k_norm, err);
     }
     if (rc == 0) rc = bind_vector(g, NAME("ffn_norm.weight"), hp->n_embd, true, &l->ffn_norm, err);
-    if (rc == 0)
-        rc = bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_gate, err);
-    if (rc == 0)
-        rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
+    if (hp->has_post_norms) {
+        if (rc == 0)
+            rc = bind_vector(g, NAME("post_attention_norm.weight"), hp->n_embd, true,
+                             &l->post_attn_norm, err);
+        if (rc == 0)
+            rc = bind_vector(g, NAME("post_ffw_norm.weight"), hp->n_embd, true, &l->post_ffw_norm,
+                             err);
+    }
+    if (hp->fused_gate_up) {
+        model_matrix gu;
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_up.weight"), 2 * hp->n_ff, hp->n_embd, true, &gu, err);
+        if (rc == 0) {
+            l->ffn_gate = matrix_rows(&gu, 0, hp->n_ff);
+            l->ffn_up = matrix_rows(&gu, hp->n_ff, hp->n_ff);
+        }
+    } else {
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_gate,
+                             err);
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
+    }
     if (rc == 0)
         rc = bind_matrix(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, true, &l->ffn_down, err);
 #undef NAME

@@ -11,6 +11,11 @@
  * F32), and of exactly the shape the hyper-parameters imply. A failure names
  * the tensor, the shape it has and the shape it should have.
  *
+ * Fused matrices (phi3): attn_qkv.weight is bound as three row ranges wq,
+ * wk, wv of the one tensor, ffn_up.weight (2 n_ff rows) as ffn_gate (the
+ * first n_ff rows) and ffn_up (the rest); each range is a matrix of its
+ * own to the kernels and to repacking.
+ *
  * Output matrix: output.weight when present, else token_embd.weight (tied
  * embeddings, as Qwen2 and Llama 3.2 ship). */
 #ifndef STRATA_MODEL_MODEL_H
@@ -45,7 +50,9 @@ typedef struct model_layer {
     const float *bv;          /* (n_head_kv*head_dim_v) or NULL */
     const float *q_norm;      /* (head_dim) or NULL */
     const float *k_norm;      /* (head_dim) or NULL */
+    const float *post_attn_norm; /* (n_embd) or NULL: gemma's norm of attention's output */
     const float *ffn_norm;    /* (n_embd) */
+    const float *post_ffw_norm;  /* (n_embd) or NULL: gemma's norm of the FFN's output */
     model_matrix ffn_gate;    /* (n_ff, n_embd) */
     model_matrix ffn_up;      /* (n_ff, n_embd) */
     model_matrix ffn_down;    /* (n_embd, n_ff) */

@@ -55,6 +55,8 @@ static const char *const g_models[] = {
     "llama-Q4_K_M", "qwen2-F32",    "qwen2-F16",    "qwen2-Q8_0",  "qwen2-Q4_K",
     "qwen2-Q4_K_M", "qwen3-F32",    "qwen3-F16",    "qwen3-Q8_0",  "qwen3-Q4_K",
     "qwen3-Q4_K_M",
+    /* the architectures of the second set of golden files */
+    "gemma3-F32",   "gemma3-Q8_0",  "gemma3-Q4_K_M",
 };
 
 static double tol_of(const char *name)
@@ -221,12 +223,32 @@ static void test_long_qwen2_f16(void **state)
     check_long("qwen2-F16", 384);
 }
 
+/* gemma3: the window of 8 in layer 0 across chunk boundaries, from one
+ * batch of 1000 down to single-token steps (the decode path). */
+static void test_long_gemma3_f32(void **state)
+{
+    (void)state;
+    const int64_t chunks[] = {1000, 384, 7, 1};
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
+        check_long("gemma3-F32", chunks[i]);
+}
+
+static void test_long_gemma3_q8_0(void **state)
+{
+    (void)state;
+    const int64_t chunks[] = {512, 5};
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
+        check_long("gemma3-Q8_0", chunks[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_models_three_sequences),
         cmocka_unit_test(test_long_llama_q8_0),
         cmocka_unit_test(test_long_qwen2_f16),
+        cmocka_unit_test(test_long_gemma3_f32),
+        cmocka_unit_test(test_long_gemma3_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,11 +224,48 @@ static void test_load_errors_name_the_culprit(void **state)
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope.dimension_count 63");
     e = (edit){.u32_key = "llama.embedding_length", .u32_val = 0};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "llama.embedding_length = 0 is out of range");
-    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "yarn"};
-    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'yarn'");
+    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "longrope"};
+    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'longrope'");
     static const float wrong[7] = {1, 1, 1, 1, 1, 1, 1};
     e = (edit){.add_tensor = "rope_freqs.weight", .add_data = wrong, .add_n = 7};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope_freqs.weight has shape [7], expected [32]");
+}
+
+/* gemma3: the window and its pattern, the sliding layers' rope base, the
+ * embedding scale, q/k norms, post-norms, GeGLU, the tied output. */
+static void test_gemma3_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gemma3-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GEMMA3);
+    assert_int_equal(hp->n_swa, 8);
+    assert_int_equal(hp->swa_pattern, 2);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->rope_freq_base == 1e6f);
+    assert_true(hp->rope_freq_base_swa == 10000.0f);
+    assert_true(hp->embd_scale == 16.0f);
+    assert_true(hp->attn_scale == 0.125f);
+    assert_int_equal(hp->ffn_act, MODEL_FFN_GELU);
+    assert_true(hp->attn_softcap == 0.0f && hp->final_softcap == 0.0f);
+    assert_true(m->tied_output);
+    assert_non_null(m->layers[1].q_norm);
+    assert_non_null(m->layers[1].post_attn_norm);
+    assert_non_null(m->layers[1].post_ffw_norm);
+    char desc[256];
+    model_hparams_describe(hp, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "window 8 on 1 of 2 layers"));
+    model_close(m);
+    /* without the pattern key, llama.cpp's 6: five sliding layers, one global */
+    edit e = {.drop_key = "gemma3.attention.sliding_window_pattern"};
+    const char *path = copy_with("gemma3-F32", &e);
+    strata_err err;
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(m->hp.swa_pattern, 6);
+    assert_true(model_hparams_layer_swa(&m->hp, 1));
+    model_close(m);
 }
 
 static void eval_file(const char *path, float *logits)
@@ -401,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_rope_factors_and_scaling),
         cmocka_unit_test(test_repack),
         cmocka_unit_test(test_repack_refused_matrix_stays),
+        cmocka_unit_test(test_gemma3_hparams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
