@@ -57,6 +57,7 @@ static const char *const g_models[] = {
     "qwen3-Q4_K_M",
     /* the architectures of the second set of golden files */
     "gemma3-F32",   "gemma3-Q8_0",  "gemma3-Q4_K_M",
+    "gemma2-F32", "gemma2-Q8_0", "gemma2-Q4_K_M",
 };
 
 static double tol_of(const char *name)

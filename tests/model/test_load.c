@@ -268,6 +268,26 @@ static void test_gemma3_hparams(void **state)
     model_close(m);
 }
 
+/* gemma2: llama.cpp's fixed pattern (even layers slide), both soft-caps,
+ * one rope base, no q/k norms. */
+static void test_gemma2_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gemma2-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GEMMA2);
+    assert_int_equal(hp->n_swa, 8);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->rope_freq_base_swa == hp->rope_freq_base);
+    assert_true(hp->attn_softcap == 1.0f);
+    assert_true(hp->final_softcap == 2.0f);
+    assert_null(m->layers[0].q_norm);
+    assert_non_null(m->layers[0].post_ffw_norm);
+    model_close(m);
+}
+
 static void eval_file(const char *path, float *logits)
 {
     model *m = NULL;
@@ -439,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_repack),
         cmocka_unit_test(test_repack_refused_matrix_stays),
         cmocka_unit_test(test_gemma3_hparams),
+        cmocka_unit_test(test_gemma2_hparams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
