@@ -288,6 +288,27 @@ static void test_gemma2_hparams(void **state)
     model_close(m);
 }
 
+/* phi3: the fused matrices bound as row ranges of one tensor. */
+static void test_phi3_fused(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    setenv("STRATA_REPACK", "0", 1);
+    MT_OPEN(m, "golden/models/phi3-F32.gguf");
+    unsetenv("STRATA_REPACK");
+    const model_layer *l = &m->layers[1];
+    assert_int_equal(m->hp.arch, MODEL_ARCH_PHI3);
+    assert_int_equal(l->wq.n_rows, 256);
+    assert_int_equal(l->wk.n_rows, 128);
+    assert_int_equal(l->wv.n_rows, 128);
+    assert_ptr_equal((const char *)l->wk.data, (const char *)l->wq.data + 256 * l->wq.row_bytes);
+    assert_ptr_equal((const char *)l->wv.data, (const char *)l->wk.data + 128 * l->wk.row_bytes);
+    assert_int_equal(l->ffn_gate.n_rows, 256);
+    assert_ptr_equal((const char *)l->ffn_up.data,
+                     (const char *)l->ffn_gate.data + 256 * l->ffn_gate.row_bytes);
+    model_close(m);
+}
+
 static void eval_file(const char *path, float *logits)
 {
     model *m = NULL;
@@ -460,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_repack_refused_matrix_stays),
         cmocka_unit_test(test_gemma3_hparams),
         cmocka_unit_test(test_gemma2_hparams),
+        cmocka_unit_test(test_phi3_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
