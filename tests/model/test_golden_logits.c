@@ -59,6 +59,7 @@ static const char *const g_models[] = {
     "gemma3-F32",   "gemma3-Q8_0",  "gemma3-Q4_K_M",
     "gemma2-F32", "gemma2-Q8_0", "gemma2-Q4_K_M",
     "phi3-F32", "phi3-Q8_0", "phi3-Q4_K_M",
+    "smollm3-F32", "smollm3-Q8_0", "smollm3-Q4_K_M",
 };
 
 static double tol_of(const char *name)
