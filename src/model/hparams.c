@@ -16,7 +16,7 @@
 #define HP_MAX_DIM (1LL << 24)
 
 /* For messages: the architectures of g_archs. */
-#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3"
+#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3, mistral3"
 
 /* What each architecture's graph fixes (the rest comes from keys). */
 typedef struct arch_desc {
@@ -48,6 +48,8 @@ static const arch_desc g_archs[] = {
      0, 0},
     {"smollm3", MODEL_ARCH_SMOLLM3, TENSOR_ROPE_NORMAL, false, false, false, false,
      MODEL_FFN_SILU, false, 0, 4},
+    {"mistral3", MODEL_ARCH_MISTRAL3, TENSOR_ROPE_NORMAL, false, false, false, false,
+     MODEL_FFN_SILU, false, 0, 0},
 };
 
 bool model_hparams_layer_swa(const model_hparams *hp, int64_t il)

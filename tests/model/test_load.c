@@ -309,6 +309,32 @@ static void test_phi3_fused(void **state)
     model_close(m);
 }
 
+/* smollm3: rope in layers 0-2, none in layer 3; mistral3: YaRN and the
+ * query temperature. */
+static void test_smollm3_mistral3_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/smollm3-F32.gguf");
+    assert_int_equal(m->hp.arch, MODEL_ARCH_SMOLLM3);
+    assert_true(model_hparams_layer_rope(&m->hp, 0));
+    assert_true(model_hparams_layer_rope(&m->hp, 2));
+    assert_false(model_hparams_layer_rope(&m->hp, 3));
+    assert_true(m->tied_output);
+    model_close(m);
+    MT_OPEN(m, "golden/models/mistral3-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_MISTRAL3);
+    assert_true(hp->rope_yarn);
+    assert_true(hp->rope_freq_scale == 1.0f / 16.0f);
+    assert_int_equal(hp->n_ctx_orig, 16);
+    assert_true(hp->yarn_beta_fast == 32.0f && hp->yarn_beta_slow == 1.0f);
+    assert_true(hp->yarn_mscale == 1.0f); /* log multiplier 1: the factors cancel */
+    assert_true(fabsf(hp->attn_temp_scale - 0.1f) < 1e-7f);
+    assert_int_equal(hp->attn_temp_floor, 16);
+    model_close(m);
+}
+
 static void eval_file(const char *path, float *logits)
 {
     model *m = NULL;
@@ -482,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_hparams),
         cmocka_unit_test(test_gemma2_hparams),
         cmocka_unit_test(test_phi3_fused),
+        cmocka_unit_test(test_smollm3_mistral3_hparams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
