@@ -225,6 +225,14 @@ static int bind_all(model *m, strata_err *err)
 
     rc = bind_vector(g, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, err);
     if (rc != 0) return rc;
+    /* Phi-3's long-context rope (LongRoPE: per-dim factors switched by
+     * the context length) is not implemented: refuse rather than run
+     * such a file with plain rope */
+    if (gguf_find_tensor(g, "rope_factors_long.weight") != NULL) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED,
+                              "tensor rope_factors_long.weight: LongRoPE scaling (Phi-3 128k) is "
+                              "not supported");
+    }
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
         rc = bind_layer(g, hp, il, &m->layers[il], err);

@@ -229,6 +229,8 @@ static void test_load_errors_name_the_culprit(void **state)
     static const float wrong[7] = {1, 1, 1, 1, 1, 1, 1};
     e = (edit){.add_tensor = "rope_freqs.weight", .add_data = wrong, .add_n = 7};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope_freqs.weight has shape [7], expected [32]");
+    e = (edit){.add_tensor = "rope_factors_long.weight", .add_data = wrong, .add_n = 7};
+    load_fails("phi3-F32", &e, STRATA_EUNSUPPORTED, "LongRoPE scaling (Phi-3 128k) is not supported");
 }
 
 /* gemma3: the window and its pattern, the sliding layers' rope base, the
