@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "gguf/types.h"
 #include "model/attention.h"
+#include "model/moe.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -55,6 +56,7 @@ struct model_ctx {
     void *mm_scratch;       /* the largest tensor_matmul_scratch_bytes of any matrix */
     float *attn_scratch;    /* (n_threads, model_attention_scratch_floats) */
     int32_t *out_rows;      /* (n_batch) chunk rows whose logits are wanted */
+    model_moe_bufs moe;     /* the routed FFN's scratch (empty for dense models) */
 
     /* Batch checks, per sequence slot. */
     int64_t *seq_first;     /* (n_seq_max) first position in the batch, -1 unseen */
@@ -99,6 +101,7 @@ void model_ctx_free(model_ctx *ctx)
     free(ctx->mm_scratch);
     free(ctx->attn_scratch);
     free(ctx->out_rows);
+    model_moe_bufs_free(&ctx->moe);
     free(ctx->seq_first);
     free(ctx->seq_next);
     free(ctx);
@@ -176,6 +179,10 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
         }
     }
     ctx->mm_scratch = alloc_floats((int64_t)((mm + 3) / 4));
+    if (model_moe_bufs_init(&ctx->moe, m, n_batch) != 0) {
+        model_ctx_free(ctx);
+        return strata_err_set(err, STRATA_ENOMEM, "model context: out of memory");
+    }
 
     if (ctx->x == NULL || ctx->xn == NULL || ctx->q == NULL || ctx->k == NULL || ctx->v == NULL ||
         ctx->attn == NULL || ctx->gate == NULL || ctx->up == NULL || ctx->proj == NULL ||
@@ -468,14 +475,20 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
         j.w_post = l->post_attn_norm;
         rows(&j);
 
-        /* feed-forward: out = W2 · (silu(W1·h) ⊙ W3·h) */
-        rc = matmul(ctx, &l->ffn_gate, ctx->xn, n, ctx->gate, err);
-        if (rc == 0) rc = matmul(ctx, &l->ffn_up, ctx->xn, n, ctx->up, err);
-        if (rc != 0) break;
-        j.op = ROW_SWIGLU;
-        rows(&j);
-        rc = matmul(ctx, &l->ffn_down, ctx->gate, n, ctx->proj, err);
-        if (rc != 0) break;
+        if (l->experts != NULL) {
+            /* routed: each token through its chosen experts (moe.h) */
+            rc = model_moe_ffn(ctx->pool, hp, l, ctx->xn, n, ctx->proj, &ctx->moe, err);
+            if (rc != 0) break;
+        } else {
+            /* feed-forward: out = W2 · (act(W1·h) ⊙ W3·h) */
+            rc = matmul(ctx, &l->ffn_gate, ctx->xn, n, ctx->gate, err);
+            if (rc == 0) rc = matmul(ctx, &l->ffn_up, ctx->xn, n, ctx->up, err);
+            if (rc != 0) break;
+            j.op = ROW_SWIGLU;
+            rows(&j);
+            rc = matmul(ctx, &l->ffn_down, ctx->gate, n, ctx->proj, err);
+            if (rc != 0) break;
+        }
         j.op = ROW_ADD_NORM;
         j.w = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : NULL;
         j.w_post = l->post_ffw_norm;

@@ -16,7 +16,7 @@
 #define HP_MAX_DIM (1LL << 24)
 
 /* For messages: the architectures of g_archs. */
-#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3, mistral3"
+#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3, mistral3, qwen3moe"
 
 /* What each architecture's graph fixes (the rest comes from keys). */
 typedef struct arch_desc {
@@ -50,6 +50,8 @@ static const arch_desc g_archs[] = {
      MODEL_FFN_SILU, false, 0, 4},
     {"mistral3", MODEL_ARCH_MISTRAL3, TENSOR_ROPE_NORMAL, false, false, false, false,
      MODEL_FFN_SILU, false, 0, 0},
+    {"qwen3moe", MODEL_ARCH_QWEN3MOE, TENSOR_ROPE_NEOX, false, true, false, false, MODEL_FFN_SILU,
+     false, 0, 0},
 };
 
 bool model_hparams_layer_swa(const model_hparams *hp, int64_t il)
@@ -80,6 +82,9 @@ void model_hparams_describe(const model_hparams *hp, char *buf, size_t n)
     PUT(" base %g", hp->rope_freq_base);
     if (hp->no_rope_step > 0)
         PUT(" (none in 1 of every %lld layers)", (long long)hp->no_rope_step);
+    if (hp->n_expert > 0)
+        PUT(", %lld of %lld experts of FFN %lld per token", (long long)hp->n_expert_used,
+            (long long)hp->n_expert, (long long)hp->n_ff_exp);
     if (hp->fused_qkv) PUT(", fused QKV and gate/up");
     if (hp->has_qkv_bias) PUT(", q/k/v biases");
     if (hp->has_qk_norm) PUT(", q/k norms");
@@ -304,6 +309,19 @@ int model_hparams_load(const gguf *g, model_hparams *hp, strata_err *err)
     if (rc == 0)
         rc = read_size(g, arch, "attention.head_count_kv", hp->n_layer, false, hp->n_head,
                        &hp->n_head_kv, err);
+    if (rc != 0) return rc;
+    if (rc == 0 && d->arch == MODEL_ARCH_QWEN3MOE) {
+        rc = read_size(g, arch, "expert_count", 0, true, 0, &hp->n_expert, err);
+        if (rc == 0) rc = read_size(g, arch, "expert_used_count", 0, true, 0, &hp->n_expert_used, err);
+        if (rc == 0)
+            rc = read_size(g, arch, "expert_feed_forward_length", hp->n_layer, false, hp->n_ff,
+                           &hp->n_ff_exp, err);
+        if (rc == 0 && (hp->n_expert > 4096 || hp->n_expert_used > hp->n_expert)) {
+            rc = strata_err_set(err, STRATA_EFORMAT,
+                                "%s: %lld experts used of %lld (at most 4096, and used <= count)",
+                                arch, (long long)hp->n_expert_used, (long long)hp->n_expert);
+        }
+    }
     if (rc != 0) return rc;
     if (hp->n_head % hp->n_head_kv != 0) {
         return strata_err_set(err, STRATA_EFORMAT,

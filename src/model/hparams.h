@@ -8,7 +8,8 @@
  * embeddings, sliding-window layers with their own rope base), `gemma2`
  * (gemma3 without q/k norms, with soft-capped attention scores and
  * logits), `phi3` (fused QKV and gate/up matrices), `smollm3` (no rope on
- * every 4th layer) and `mistral3` (YaRN rope, query temperature). What differs between them is data in
+ * every 4th layer), `mistral3` (YaRN rope, query temperature) and
+ * `qwen3moe` (qwen3 with a routed mixture-of-experts FFN: model/moe.h). What differs between them is data in
  * model_hparams, so the forward pass has no per-architecture branches
  * beyond "is this tensor present".
  *
@@ -37,6 +38,7 @@ enum model_arch {
     MODEL_ARCH_PHI3 = 5,
     MODEL_ARCH_SMOLLM3 = 6,
     MODEL_ARCH_MISTRAL3 = 7,
+    MODEL_ARCH_QWEN3MOE = 8,
 };
 
 /* The feed-forward's gate activation: out = W2 · (act(W1·h) ⊙ W3·h). */
@@ -57,6 +59,9 @@ typedef struct model_hparams {
     int64_t n_head;         /* {arch}.attention.head_count */
     int64_t n_head_kv;      /* {arch}.attention.head_count_kv */
     int64_t n_ff;           /* {arch}.feed_forward_length */
+    int64_t n_expert;       /* {arch}.expert_count: 0 for dense models (qwen3moe: routed FFN) */
+    int64_t n_expert_used;  /* {arch}.expert_used_count */
+    int64_t n_ff_exp;       /* {arch}.expert_feed_forward_length (else n_ff) */
     int64_t head_dim;       /* {arch}.attention.key_length (q and k per head) */
     int64_t head_dim_v;     /* {arch}.attention.value_length */
     int64_t n_rot;          /* {arch}.rope.dimension_count: dims rotated per head */

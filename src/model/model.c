@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/threadpool.h"
+#include "model/moe.h"
 #include "gguf/types.h"
 #include "tensor/matmul.h"
 #include "tensor/pack.h"
@@ -121,7 +122,7 @@ static model_matrix matrix_rows(const model_matrix *w, int64_t r0, int64_t n_row
 }
 
 static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
-                      strata_err *err)
+                      model_matrix *slots, strata_err *err)
 {
     char name[GGUF_MAX_TENSOR_NAME + 32];
     const int64_t n_q = hp->n_head * hp->head_dim;
@@ -169,7 +170,10 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
             rc = bind_vector(g, NAME("post_ffw_norm.weight"), hp->n_embd, true, &l->post_ffw_norm,
                              err);
     }
-    if (hp->fused_gate_up) {
+    if (hp->n_expert > 0) {
+        if (rc == 0)
+            rc = model_moe_bind(g, hp, il, l, slots + il * hp->n_expert * 3, err);
+    } else if (hp->fused_gate_up) {
         model_matrix gu;
         if (rc == 0)
             rc = bind_matrix(g, NAME("ffn_up.weight"), 2 * hp->n_ff, hp->n_embd, true, &gu, err);
@@ -184,7 +188,7 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
         if (rc == 0)
             rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
     }
-    if (rc == 0)
+    if (rc == 0 && hp->n_expert == 0)
         rc = bind_matrix(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, true, &l->ffn_down, err);
 #undef NAME
     return rc;
@@ -235,7 +239,7 @@ static int bind_all(model *m, strata_err *err)
     }
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
-        rc = bind_layer(g, hp, il, &m->layers[il], err);
+        rc = bind_layer(g, hp, il, &m->layers[il], m->expert_slots, err);
         if (rc != 0) return rc;
     }
     return 0;
@@ -392,10 +396,16 @@ int model_load(model **out, gguf *g, strata_err *err)
         m->layers = calloc((size_t)m->hp.n_layer, sizeof(*m->layers));
         if (m->layers == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
+    if (rc == 0 && m->hp.n_expert > 0) {
+        m->expert_slots = calloc((size_t)(m->hp.n_layer * m->hp.n_expert * 3),
+                                 sizeof(*m->expert_slots));
+        if (m->expert_slots == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
     if (rc == 0) rc = bind_all(m, err);
     if (rc == 0) rc = pack_all(m, err);
     if (rc != 0) {
         packed_free(m->packed, m->packed_map);
+        free(m->expert_slots);
         free(m->layers);
         free(m);
         return rc;
@@ -431,6 +441,7 @@ void model_close(model *m)
     if (m == NULL) return;
     if (m->owns_gguf) gguf_close(m->g);
     packed_free(m->packed, m->packed_map);
+    free(m->expert_slots);
     free(m->layers);
     free(m);
 }

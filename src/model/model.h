@@ -56,6 +56,10 @@ typedef struct model_layer {
     model_matrix ffn_gate;    /* (n_ff, n_embd) */
     model_matrix ffn_up;      /* (n_ff, n_embd) */
     model_matrix ffn_down;    /* (n_embd, n_ff) */
+    /* mixture of experts (hp.n_expert > 0; then ffn_gate/up/down are unset) */
+    model_matrix ffn_gate_inp;    /* (n_expert, n_embd) the router */
+    const model_matrix *experts;  /* (n_expert, 3): gate (n_ff_exp, n_embd), up (n_ff_exp,
+                                     n_embd), down (n_embd, n_ff_exp) of each; or NULL */
 } model_layer;
 
 typedef struct model {
@@ -68,6 +72,7 @@ typedef struct model {
     const float *output_norm; /* (n_embd) */
     const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
     model_layer *layers;      /* (n_layer) */
+    model_matrix *expert_slots; /* (n_layer, n_expert, 3) what layers[].experts point into */
     char *packed;             /* the repacked matrices (a mapping), or NULL */
     size_t packed_map;        /* its length */
     size_t packed_bytes;      /* bytes of weights repacked */

@@ -337,6 +337,35 @@ static void test_smollm3_mistral3_hparams(void **state)
     model_close(m);
 }
 
+/* qwen3moe: the expert counts and each expert's matrices as slabs of the
+ * 3-D tensors; a router of the wrong shape is refused by name. */
+static void test_qwen3moe_experts(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/qwen3moe-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_QWEN3MOE);
+    assert_int_equal(hp->n_expert, 8);
+    assert_int_equal(hp->n_expert_used, 2);
+    assert_int_equal(hp->n_ff_exp, 64);
+    const model_layer *l = &m->layers[1];
+    assert_non_null(l->experts);
+    assert_int_equal(l->ffn_gate_inp.n_rows, 8);
+    assert_int_equal(l->experts[3 * 5 + 0].n_rows, 64);  /* expert 5's gate */
+    assert_int_equal(l->experts[3 * 5 + 2].n_cols, 64);  /* its down */
+    assert_ptr_equal((const char *)l->experts[3 * 5].data,
+                     (const char *)l->experts[0].data + 5 * 64 * l->experts[0].row_bytes);
+    assert_null(l->ffn_gate.data);
+    char desc[256];
+    model_hparams_describe(hp, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "2 of 8 experts of FFN 64"));
+    model_close(m);
+    edit e = {.reshape_tensor = "blk.0.ffn_gate_inp.weight", .ne0 = 128, .ne1 = 16};
+    load_fails("qwen3moe-F32", &e, STRATA_EFORMAT,
+               "tensor blk.0.ffn_gate_inp.weight has shape [128, 16], expected [256, 8]");
+}
+
 static void eval_file(const char *path, float *logits)
 {
     model *m = NULL;
@@ -511,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_gemma2_hparams),
         cmocka_unit_test(test_phi3_fused),
         cmocka_unit_test(test_smollm3_mistral3_hparams),
+        cmocka_unit_test(test_qwen3moe_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
