@@ -310,9 +310,13 @@ int model_hparams_load(const gguf *g, model_hparams *hp, strata_err *err)
         rc = read_size(g, arch, "attention.head_count_kv", hp->n_layer, false, hp->n_head,
                        &hp->n_head_kv, err);
     if (rc != 0) return rc;
-    if (rc == 0 && d->arch == MODEL_ARCH_QWEN3MOE) {
-        rc = read_size(g, arch, "expert_count", 0, true, 0, &hp->n_expert, err);
-        if (rc == 0) rc = read_size(g, arch, "expert_used_count", 0, true, 0, &hp->n_expert_used, err);
+    /* experts: required for qwen3moe; llama in Mixtral's layout when
+     * expert_count is present */
+    const bool moe_req = d->arch == MODEL_ARCH_QWEN3MOE;
+    if (rc == 0 && (moe_req || d->arch == MODEL_ARCH_LLAMA)) {
+        rc = read_size(g, arch, "expert_count", 0, moe_req, 0, &hp->n_expert, err);
+        if (rc == 0 && hp->n_expert > 0)
+            rc = read_size(g, arch, "expert_used_count", 0, true, 0, &hp->n_expert_used, err);
         if (rc == 0)
             rc = read_size(g, arch, "expert_feed_forward_length", hp->n_layer, false, hp->n_ff,
                            &hp->n_ff_exp, err);

@@ -59,7 +59,8 @@ typedef struct model_hparams {
     int64_t n_head;         /* {arch}.attention.head_count */
     int64_t n_head_kv;      /* {arch}.attention.head_count_kv */
     int64_t n_ff;           /* {arch}.feed_forward_length */
-    int64_t n_expert;       /* {arch}.expert_count: 0 for dense models (qwen3moe: routed FFN) */
+    int64_t n_expert;       /* {arch}.expert_count: 0 for dense models (qwen3moe, and llama
+                               in Mixtral's layout: routed FFN) */
     int64_t n_expert_used;  /* {arch}.expert_used_count */
     int64_t n_ff_exp;       /* {arch}.expert_feed_forward_length (else n_ff) */
     int64_t head_dim;       /* {arch}.attention.key_length (q and k per head) */
