@@ -106,6 +106,19 @@ static void scores_finish(const model_attn_args *a, float *sg, int64_t nv, int64
     for (int64_t j = 0; j < nv && row0 + j < lo; j++) sg[j] = -INFINITY;
 }
 
+/* The factor that turns head h's accumulator into its output: 1 / l, or
+ * with a sink z, e^(m - m') / (l e^(m - m') + e^(z - m')) with
+ * m' = max(m, z). 0 rather than NaN when nothing was added (l = 0). */
+static float out_factor(const model_attn_args *a, int64_t h, float m, float l)
+{
+    if (a->sinks == NULL) return l > 0.0f ? 1.0f / l : 0.0f;
+    const float z = a->sinks[h];
+    const float mn = m > z ? m : z;
+    const float c = m == -INFINITY ? 0.0f : expf(m - mn);
+    const float lt = l * c + expf(z - mn);
+    return lt > 0.0f ? c / lt : 0.0f;
+}
+
 /* --- the loop --- */
 
 #define R16(x) (((x) + 15) / 16 * 16)
@@ -246,7 +259,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
     float *o = a->out + (size_t)t * (size_t)(a->n_head * hdv) + (size_t)(kvh * G * hdv);
     for (int64_t g = 0; g < G; g++) {
         /* l >= 1 unless every score was -inf or NaN; 0 then rather than NaN */
-        float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+        float inv = out_factor(a, kvh * G + g, m[g], l[g]);
         for (int64_t d = 0; d < hdv; d++) o[g * hdv + d] = acc[g * hdv + d] * inv;
     }
 }
@@ -431,7 +444,7 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
         float *o = a->out + (size_t)(t0 + i) * (size_t)(a->n_head * hdv) + (size_t)(kvh * G * hdv);
         for (int64_t g = 0; g < G; g++) {
             const int64_t qi = i * G + g;
-            float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f;
+            float inv = out_factor(a, kvh * G + g, m[qi], l[qi]);
             for (int64_t d = 0; d < hdv; d++) o[g * hdv + d] = acc[qi * hdv + d] * inv;
         }
     }

@@ -223,6 +223,7 @@ typedef struct row_job {
     int64_t n_rows;
     const float *w;           /* norm weight */
     const float *w_post;      /* ROW_ADD_NORM: post-norm weight of the sub-block, or NULL */
+    const float *bias;        /* ROW_ADD_NORM: proj += bias first, or NULL */
     const model_layer *layer; /* ROW_QKV */
     int64_t il;               /* ROW_QKV: layer index */
     const int32_t *tokens;    /* (n_rows) this chunk's */
@@ -370,6 +371,7 @@ static void row_one(const row_job *j, int64_t t)
         row_qkv(j, t);
         break;
     case ROW_ADD_NORM:
+        if (j->bias != NULL) tensor_add(ctx->proj + t * n_embd, ctx->proj + t * n_embd, j->bias, n_embd);
         if (j->w_post != NULL) {
             tensor_rmsnorm(ctx->proj + t * n_embd, ctx->proj + t * n_embd, j->w_post, n_embd,
                            m->hp.rms_eps);
@@ -465,6 +467,7 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
             .scale = hp->attn_scale,
             .window = model_hparams_layer_swa(hp, il) ? hp->n_swa : 0,
             .softcap = hp->attn_softcap,
+            .sinks = l->sinks,
             .scratch = ctx->attn_scratch,
         };
         model_attention(ctx->pool, &a);
@@ -473,7 +476,9 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
         j.op = ROW_ADD_NORM;
         j.w = l->ffn_norm;
         j.w_post = l->post_attn_norm;
+        j.bias = l->bo;
         rows(&j);
+        j.bias = NULL;
 
         if (l->experts != NULL) {
             /* routed: each token through its chosen experts (moe.h) */

@@ -16,7 +16,7 @@
 #define HP_MAX_DIM (1LL << 24)
 
 /* For messages: the architectures of g_archs. */
-#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3, mistral3, qwen3moe"
+#define MODEL_ARCH_NAMES "llama, qwen2, qwen3, gemma3, gemma2, phi3, smollm3, mistral3, qwen3moe, gpt-oss"
 
 /* What each architecture's graph fixes (the rest comes from keys). */
 typedef struct arch_desc {
@@ -52,6 +52,8 @@ static const arch_desc g_archs[] = {
      MODEL_FFN_SILU, false, 0, 0},
     {"qwen3moe", MODEL_ARCH_QWEN3MOE, TENSOR_ROPE_NEOX, false, true, false, false, MODEL_FFN_SILU,
      false, 0, 0},
+    {"gpt-oss", MODEL_ARCH_GPTOSS, TENSOR_ROPE_NEOX, true, false, false, false,
+     MODEL_FFN_SWIGLU_OAI, false, 2, 0},
 };
 
 bool model_hparams_layer_swa(const model_hparams *hp, int64_t il)
@@ -71,7 +73,10 @@ void model_hparams_describe(const model_hparams *hp, char *buf, size_t n)
     do {                                                                          \
         if (off < n) off += (size_t)snprintf(buf + off, n - off, __VA_ARGS__);    \
     } while (0)
-    PUT("%s: %s FFN", hp->arch_name, hp->ffn_act == MODEL_FFN_GELU ? "GeGLU (tanh)" : "SwiGLU");
+    PUT("%s: %s FFN", hp->arch_name,
+        hp->ffn_act == MODEL_FFN_GELU          ? "GeGLU (tanh)"
+        : hp->ffn_act == MODEL_FFN_SWIGLU_OAI ? "clamped SwiGLU (gpt-oss)"
+                                               : "SwiGLU");
     PUT(", %s rope", hp->rope_mode == TENSOR_ROPE_NEOX ? "NEOX" : "normal");
     if (hp->rope_yarn) {
         PUT(" with YaRN (x%g from %lld positions)", 1.0 / hp->rope_freq_scale,
@@ -312,7 +317,9 @@ int model_hparams_load(const gguf *g, model_hparams *hp, strata_err *err)
     if (rc != 0) return rc;
     /* experts: required for qwen3moe; llama in Mixtral's layout when
      * expert_count is present */
-    const bool moe_req = d->arch == MODEL_ARCH_QWEN3MOE;
+    const bool moe_req = d->arch == MODEL_ARCH_QWEN3MOE || d->arch == MODEL_ARCH_GPTOSS;
+    hp->moe_softmax_chosen = d->arch == MODEL_ARCH_GPTOSS;
+    hp->ffn_norm_post_attn = d->arch == MODEL_ARCH_GPTOSS;
     if (rc == 0 && (moe_req || d->arch == MODEL_ARCH_LLAMA)) {
         rc = read_size(g, arch, "expert_count", 0, moe_req, 0, &hp->n_expert, err);
         if (rc == 0 && hp->n_expert > 0)

@@ -9,7 +9,9 @@
  * (gemma3 without q/k norms, with soft-capped attention scores and
  * logits), `phi3` (fused QKV and gate/up matrices), `smollm3` (no rope on
  * every 4th layer), `mistral3` (YaRN rope, query temperature) and
- * `qwen3moe` (qwen3 with a routed mixture-of-experts FFN: model/moe.h). What differs between them is data in
+ * `qwen3moe` (qwen3 with a routed mixture-of-experts FFN: model/moe.h) and
+ * `gpt-oss` (biases everywhere, attention sinks, a window on even layers,
+ * a biased router and clamped SwiGLU experts). What differs between them is data in
  * model_hparams, so the forward pass has no per-architecture branches
  * beyond "is this tensor present".
  *
@@ -39,12 +41,15 @@ enum model_arch {
     MODEL_ARCH_SMOLLM3 = 6,
     MODEL_ARCH_MISTRAL3 = 7,
     MODEL_ARCH_QWEN3MOE = 8,
+    MODEL_ARCH_GPTOSS = 9,
 };
 
 /* The feed-forward's gate activation: out = W2 · (act(W1·h) ⊙ W3·h). */
 enum model_ffn_act {
     MODEL_FFN_SILU = 0, /* SwiGLU: llama, qwen, phi3, smollm3, mistral3 */
     MODEL_FFN_GELU = 1, /* GeGLU with GELU's tanh form: gemma2, gemma3 */
+    MODEL_FFN_SWIGLU_OAI = 2, /* gpt-oss's experts: g = min(gate, 7), u = clamp(up, -7, 7),
+                                 g sigmoid(1.702 g) (u + 1) */
 };
 
 typedef struct model_hparams {
@@ -63,6 +68,10 @@ typedef struct model_hparams {
                                in Mixtral's layout: routed FFN) */
     int64_t n_expert_used;  /* {arch}.expert_used_count */
     int64_t n_ff_exp;       /* {arch}.expert_feed_forward_length (else n_ff) */
+    bool moe_softmax_chosen; /* gpt-oss: the n_used largest router logits, then a softmax
+                                over them; else a softmax over all, then the n_used largest
+                                renormalised */
+    bool ffn_norm_post_attn; /* gpt-oss: the FFN's norm is named post_attention_norm */
     int64_t head_dim;       /* {arch}.attention.key_length (q and k per head) */
     int64_t head_dim_v;     /* {arch}.attention.value_length */
     int64_t n_rot;          /* {arch}.rope.dimension_count: dims rotated per head */

@@ -155,13 +155,18 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
     if (rc == 0) rc = bind_vector(g, NAME("attn_q.bias"), n_q, bias_req, &l->bq, err);
     if (rc == 0) rc = bind_vector(g, NAME("attn_k.bias"), n_k, bias_req, &l->bk, err);
     if (rc == 0) rc = bind_vector(g, NAME("attn_v.bias"), n_v, bias_req, &l->bv, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_output.bias"), hp->n_embd, false, &l->bo, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_sinks.weight"), hp->n_head, false, &l->sinks, err);
     if (hp->has_qk_norm) {
         if (rc == 0)
             rc = bind_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, true, &l->q_norm, err);
         if (rc == 0)
             rc = bind_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, true, &l->k_norm, err);
     }
-    if (rc == 0) rc = bind_vector(g, NAME("ffn_norm.weight"), hp->n_embd, true, &l->ffn_norm, err);
+    if (rc == 0)
+        rc = bind_vector(g, NAME(hp->ffn_norm_post_attn ? "post_attention_norm.weight"
+                                                        : "ffn_norm.weight"),
+                         hp->n_embd, true, &l->ffn_norm, err);
     if (hp->has_post_norms) {
         if (rc == 0)
             rc = bind_vector(g, NAME("post_attention_norm.weight"), hp->n_embd, true,

@@ -48,6 +48,8 @@ typedef struct model_layer {
     const float *bq;          /* (n_head*head_dim) or NULL */
     const float *bk;          /* (n_head_kv*head_dim) or NULL */
     const float *bv;          /* (n_head_kv*head_dim_v) or NULL */
+    const float *bo;          /* (n_embd) attn_output.bias or NULL */
+    const float *sinks;       /* (n_head) attn_sinks.weight or NULL (gpt-oss) */
     const float *q_norm;      /* (head_dim) or NULL */
     const float *k_norm;      /* (head_dim) or NULL */
     const float *post_attn_norm; /* (n_embd) or NULL: gemma's norm of attention's output */
@@ -58,6 +60,10 @@ typedef struct model_layer {
     model_matrix ffn_down;    /* (n_embd, n_ff) */
     /* mixture of experts (hp.n_expert > 0; then ffn_gate/up/down are unset) */
     model_matrix ffn_gate_inp;    /* (n_expert, n_embd) the router */
+    const float *ffn_gate_inp_b;  /* (n_expert) its bias, or NULL */
+    const float *exp_gate_b;      /* (n_expert, n_ff_exp) expert biases, or NULL (gpt-oss) */
+    const float *exp_up_b;        /* (n_expert, n_ff_exp) */
+    const float *exp_down_b;      /* (n_expert, n_embd) */
     const model_matrix *experts;  /* (n_expert, 3): gate (n_ff_exp, n_embd), up (n_ff_exp,
                                      n_embd), down (n_embd, n_ff_exp) of each; or NULL */
 } model_layer;

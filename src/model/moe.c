@@ -6,6 +6,7 @@
 #include "tensor/ops.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,27 @@ static int bind_experts(const gguf *g, const char *name, int64_t n_rows, int64_t
     return 0;
 }
 
+/* An optional F32 bias `name` of shape [ne0, ne1] (ne1 = 1 for a vector). */
+static int bind_bias(const gguf *g, const char *name, int64_t ne0, int64_t ne1, const float **out,
+                     strata_err *err)
+{
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (t == NULL) return 0;
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        return strata_err_set(err, STRATA_EFORMAT,
+                              "tensor %s has shape [%" PRId64 ", %" PRId64 "], expected [%" PRId64
+                              ", %" PRId64 "]",
+                              name, t->ne[0], t->ne[1], ne0, ne1);
+    }
+    if (t->type != STRATA_TYPE_F32) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED, "tensor %s has type %s, expected F32",
+                              name, strata_type_name(t->type));
+    }
+    *out = (const float *)t->data;
+    return 0;
+}
+
 int model_moe_bind(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
                    model_matrix *slots, strata_err *err)
 {
@@ -77,6 +99,10 @@ int model_moe_bind(const gguf *g, const model_hparams *hp, int64_t il, model_lay
     if (rc == 0) rc = bind_experts(g, NAME("ffn_up_exps.weight"), n_ff, n_embd, n_e, slots, 1, err);
     if (rc == 0)
         rc = bind_experts(g, NAME("ffn_down_exps.weight"), n_embd, n_ff, n_e, slots, 2, err);
+    if (rc == 0) rc = bind_bias(g, NAME("ffn_gate_inp.bias"), n_e, 1, &l->ffn_gate_inp_b, err);
+    if (rc == 0) rc = bind_bias(g, NAME("ffn_gate_exps.bias"), n_ff, n_e, &l->exp_gate_b, err);
+    if (rc == 0) rc = bind_bias(g, NAME("ffn_up_exps.bias"), n_ff, n_e, &l->exp_up_b, err);
+    if (rc == 0) rc = bind_bias(g, NAME("ffn_down_exps.bias"), n_embd, n_e, &l->exp_down_b, err);
 #undef NAME
     l->experts = slots;
     return rc;
@@ -157,12 +183,15 @@ static int mm(strata_pool *pool, const model_matrix *w, const float *x, int64_t 
 }
 
 /* Token t's experts: the n_used largest probabilities (the lowest index
- * first among equal ones), weights renormalised to sum 1. */
-static void route(const model_hparams *hp, model_moe_bufs *b, int64_t t)
+ * first among equal ones), weights renormalised to sum 1; or for
+ * moe_softmax_chosen the n_used largest logits, weights their softmax.
+ * A router bias is added to the logits first. */
+static void route(const model_hparams *hp, const model_layer *l, model_moe_bufs *b, int64_t t)
 {
     const int64_t n_e = hp->n_expert, k_used = hp->n_expert_used;
     float *p = b->probs + t * n_e;
-    tensor_softmax(p, n_e);
+    if (l->ffn_gate_inp_b != NULL) tensor_add(p, p, l->ffn_gate_inp_b, n_e);
+    if (!hp->moe_softmax_chosen) tensor_softmax(p, n_e);
     int32_t *sel = b->sel + t * k_used;
     float *w = b->wsel + t * k_used;
     float sum = 0.0f;
@@ -177,7 +206,20 @@ static void route(const model_hparams *hp, model_moe_bufs *b, int64_t t)
         w[k] = p[best];
         sum += p[best];
     }
-    for (int64_t k = 0; k < k_used; k++) w[k] /= sum;
+    if (hp->moe_softmax_chosen) tensor_softmax(w, k_used);
+    else
+        for (int64_t k = 0; k < k_used; k++) w[k] /= sum;
+}
+
+/* gpt-oss's expert activation, in place in gate:
+ * g = min(gate, 7), u = clamp(up, -7, 7), gate = g / (1 + e^(-1.702 g)) * (u + 1). */
+static void swiglu_oai(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i] < 7.0f ? gate[i] : 7.0f;
+        float u = up[i] < -7.0f ? -7.0f : up[i] > 7.0f ? 7.0f : up[i];
+        gate[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+    }
 }
 
 int model_moe_ffn(strata_pool *pool, const model_hparams *hp, const model_layer *l,
@@ -186,7 +228,7 @@ int model_moe_ffn(strata_pool *pool, const model_hparams *hp, const model_layer 
     const int64_t n_embd = hp->n_embd, n_ff = hp->n_ff_exp, k_used = hp->n_expert_used;
     int rc = mm(pool, &l->ffn_gate_inp, xn, n, b->probs, b->mm_scratch, err);
     if (rc != 0) return rc;
-    for (int64_t t = 0; t < n; t++) route(hp, b, t);
+    for (int64_t t = 0; t < n; t++) route(hp, l, b, t);
 
     for (int64_t e = 0; e < hp->n_expert; e++) {
         /* the tokens that chose e, in batch order, with their rank */
@@ -208,10 +250,20 @@ int model_moe_ffn(strata_pool *pool, const model_hparams *hp, const model_layer 
         rc = mm(pool, &w[0], b->xg, n_e, b->gate, b->mm_scratch, err);
         if (rc == 0) rc = mm(pool, &w[1], b->xg, n_e, b->up, b->mm_scratch, err);
         if (rc != 0) return rc;
-        for (int64_t i = 0; i < n_e; i++)
-            tensor_swiglu(b->gate + i * n_ff, b->gate + i * n_ff, b->up + i * n_ff, n_ff);
+        for (int64_t i = 0; i < n_e; i++) {
+            float *gi = b->gate + i * n_ff, *ui = b->up + i * n_ff;
+            if (l->exp_gate_b != NULL) tensor_add(gi, gi, l->exp_gate_b + e * n_ff, n_ff);
+            if (l->exp_up_b != NULL) tensor_add(ui, ui, l->exp_up_b + e * n_ff, n_ff);
+            if (hp->ffn_act == MODEL_FFN_SWIGLU_OAI) swiglu_oai(gi, ui, n_ff);
+            else tensor_swiglu(gi, gi, ui, n_ff);
+        }
         rc = mm(pool, &w[2], b->gate, n_e, b->yg, b->mm_scratch, err);
         if (rc != 0) return rc;
+        if (l->exp_down_b != NULL) {
+            for (int64_t i = 0; i < n_e; i++)
+                tensor_add(b->yg + i * n_embd, b->yg + i * n_embd, l->exp_down_b + e * n_embd,
+                           n_embd);
+        }
         for (int64_t i = 0; i < n_e; i++) {
             const int64_t t = b->rows[i], k = b->ranks[i];
             float *dst = b->ys + (t * k_used + k) * n_embd;

@@ -10,7 +10,7 @@
  *   - F16 and Q8_0 keys and values, and the two mixes;
  *   - blocks of 32 and of 8 positions (tiles then end at every block);
  *   - no pool, and a pool of 3 threads;
- *   - full causal attention, sliding windows of 8 and 40, and a soft-cap;
+ *   - full causal attention, sliding windows of 8 and 40, a soft-cap, sinks;
  *   - every SIMD level of this machine: the test runs itself once per level
  *     with STRATA_CPU set (the level is fixed per process). */
 #include <setjmp.h>
@@ -152,12 +152,15 @@ static void run_cfg(const cfg *c, strata_pool **pools, int n_pools)
     };
     /* full causal attention; a window of 8 (tiles that start before their
      * last tokens' windows, blocks of 8 skipped whole); a window of 40
-     * with gemma2's soft-cap of 1 */
+     * with gemma2's soft-cap of 1 and attention sinks */
     const int64_t windows[] = {0, 8, 40};
     const float caps[] = {0.0f, 0.0f, 1.0f};
+    float sinks[64];
+    for (int h = 0; h < 64; h++) sinks[h] = 2.0f * frand(&seed);
     for (int iv = 0; iv < 3; iv++) {
         a.window = windows[iv];
         a.softcap = caps[iv];
+        a.sinks = iv == 2 ? sinks : NULL; /* gpt-oss's sinks with the last */
         a.n_tokens = n;
         a.seq_ids = seq_ids;
         a.pos = pos;

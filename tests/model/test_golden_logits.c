@@ -69,6 +69,7 @@ static const char *const g_models[] = {
     "mistral3-F32", "mistral3-Q8_0", "mistral3-Q4_K_M",
     "qwen3moe-F32", "qwen3moe-Q8_0", "qwen3moe-Q4_K_M",
     "llama-moe-F32", "llama-moe-Q8_0", "llama-moe-Q4_K_M",
+    "gpt-oss-F32", "gpt-oss-Q8_0", "gpt-oss-Q4_K_M",
 };
 
 /* Mixture-of-experts files whose routing near-ties let rounding pick

@@ -366,6 +366,31 @@ static void test_qwen3moe_experts(void **state)
                "tensor blk.0.ffn_gate_inp.weight has shape [128, 16], expected [256, 8]");
 }
 
+/* gpt-oss: biases, sinks, the window on layer 0, the post_attention_norm
+ * bound as the FFN's norm, the router bias and expert biases. */
+static void test_gptoss_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gpt-oss-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GPTOSS);
+    assert_int_equal(hp->n_swa, 8);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->moe_softmax_chosen);
+    assert_int_equal(hp->ffn_act, MODEL_FFN_SWIGLU_OAI);
+    const model_layer *l = &m->layers[0];
+    assert_non_null(l->bo);
+    assert_non_null(l->sinks);
+    assert_non_null(l->ffn_norm);
+    assert_null(l->post_attn_norm);
+    assert_non_null(l->ffn_gate_inp_b);
+    assert_non_null(l->exp_gate_b);
+    assert_non_null(l->exp_down_b);
+    model_close(m);
+}
+
 static void eval_file(const char *path, float *logits)
 {
     model *m = NULL;
@@ -541,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_phi3_fused),
         cmocka_unit_test(test_smollm3_mistral3_hparams),
         cmocka_unit_test(test_qwen3moe_experts),
+        cmocka_unit_test(test_gptoss_hparams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
