@@ -78,13 +78,13 @@ void model_hparams_describe(const model_hparams *hp, char *buf, size_t n)
         : hp->ffn_act == MODEL_FFN_SWIGLU_OAI ? "clamped SwiGLU (gpt-oss)"
                                                : "SwiGLU");
     PUT(", %s rope", hp->rope_mode == TENSOR_ROPE_NEOX ? "NEOX" : "normal");
+    PUT(" base %g", hp->rope_freq_base);
     if (hp->rope_yarn) {
         PUT(" with YaRN (x%g from %lld positions)", 1.0 / hp->rope_freq_scale,
             (long long)hp->n_ctx_orig);
     } else if (hp->rope_freq_scale != 1.0f) {
         PUT(" with linear scaling x%g", 1.0 / hp->rope_freq_scale);
     }
-    PUT(" base %g", hp->rope_freq_base);
     if (hp->no_rope_step > 0)
         PUT(" (none in 1 of every %lld layers)", (long long)hp->no_rope_step);
     if (hp->n_expert > 0)
