@@ -302,16 +302,17 @@ static void row_qkv(const row_job *j, int64_t t)
     }
     const int64_t pos = j->pos[t];
     if (model_hparams_layer_rope(hp, j->il)) {
-        const float base =
-            model_hparams_layer_swa(hp, j->il) ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        const bool swa = model_hparams_layer_swa(hp, j->il);
+        const float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        const float fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
         if (hp->rope_yarn) {
             rope_yarn(q, hp->n_head, hd, hp, pos, base);
             rope_yarn(k, hp->n_head_kv, hd, hp, pos, base);
         } else {
-            tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, base,
-                        hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
-            tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, base,
-                        hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
+            tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, base, fscale,
+                        m->rope_freqs, hp->rope_mode);
+            tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, base, fscale,
+                        m->rope_freqs, hp->rope_mode);
         }
     }
     if (hp->attn_temp_scale != 0.0f) {

@@ -241,6 +241,7 @@ static int read_gemma_keys(const gguf *g, const char *arch, const arch_desc *d,
     rc = opt_float(g, arch, "attention.scale", 0, 1e6, &hp->attn_scale, err);
     if (rc != 0) return rc;
     hp->rope_freq_base_swa = d->arch == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;
+    hp->rope_freq_scale_swa = d->arch == MODEL_ARCH_GEMMA3 ? 1.0f : hp->rope_freq_scale;
     if (d->swa_pattern > 0) {
         hp->swa_pattern = d->swa_pattern;
         hp->n_swa = d->arch == MODEL_ARCH_GEMMA2 ? 4096 : 0;

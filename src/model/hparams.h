@@ -104,6 +104,9 @@ typedef struct model_hparams {
     int64_t swa_pattern;
     float rope_freq_base_swa; /* sliding layers' rope base: rope.freq_base_swa, else 10000
                                  for gemma3 (as real files expect), else rope.freq_base */
+    float rope_freq_scale_swa; /* sliding layers' linear rope scale: 1 for gemma3 (its
+                                  rope.scaling applies to the global layers only, as in
+                                  Gemma 3 4B-27B), else rope_freq_scale */
     int64_t no_rope_step;   /* > 0: layers il with (il + 1) % step == 0 have no rope
                                (smollm3: every 4th) */
 

@@ -268,6 +268,14 @@ static void test_gemma3_hparams(void **state)
     assert_int_equal(m->hp.swa_pattern, 6);
     assert_true(model_hparams_layer_swa(&m->hp, 1));
     model_close(m);
+    /* Gemma 3 4B-27B's linear rope scaling (a factor without a type key
+     * reads as linear) is the global layers' only */
+    e = (edit){.f32_key = "gemma3.rope.scaling.factor", .f32_val = 8.0f};
+    path = copy_with("gemma3-F32", &e);
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(m->hp.rope_freq_scale == 0.125f);
+    assert_true(m->hp.rope_freq_scale_swa == 1.0f);
+    model_close(m);
 }
 
 /* gemma2: llama.cpp's fixed pattern (even layers slide), both soft-caps,
