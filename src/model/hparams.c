@@ -238,6 +238,13 @@ static int read_gemma_keys(const gguf *g, const char *arch, const arch_desc *d,
     int rc = 0;
     hp->embd_scale = d->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* Gemma 2 27B and Gemma 3 27B (46 and 62 layers) scale by
+     * query_pre_attn_scalar = n_embd / n_head instead of the head size;
+     * their files carry no key for it, and llama.cpp keys it on the layer
+     * count as here */
+    if ((d->arch == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) ||
+        (d->arch == MODEL_ARCH_GEMMA3 && hp->n_layer == 62))
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     rc = opt_float(g, arch, "attention.scale", 0, 1e6, &hp->attn_scale, err);
     if (rc != 0) return rc;
     hp->rope_freq_base_swa = d->arch == MODEL_ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;

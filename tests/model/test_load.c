@@ -21,6 +21,8 @@ typedef struct edit {
     const char *str_val;
     const char *u32_key;         /* set a u32 key (added or replaced) */
     uint32_t u32_val;
+    const char *u32_key2;        /* and a second one */
+    uint32_t u32_val2;
     const char *f32_key;         /* set an f32 key (added or replaced) */
     float f32_val;
     const char *drop_tensor;     /* leave this tensor out */
@@ -53,13 +55,15 @@ static const char *copy_with(const char *src, const edit *e)
     const gguf_shard *s = &g->shards[0];
     for (uint64_t i = 0; i < s->n_kv; i++) {
         const char *k = s->kvs[i].key;
-        if (is(k, e->drop_key) || is(k, e->str_key) || is(k, e->u32_key) || is(k, e->f32_key)) {
+        if (is(k, e->drop_key) || is(k, e->str_key) || is(k, e->u32_key) || is(k, e->u32_key2) ||
+            is(k, e->f32_key)) {
             continue;
         }
         assert_int_equal(gguf_writer_add(w, k, &s->kvs[i].value, &err), 0);
     }
     if (e->str_key) assert_int_equal(gguf_writer_add_str(w, e->str_key, e->str_val, &err), 0);
     if (e->u32_key) assert_int_equal(gguf_writer_add_u32(w, e->u32_key, e->u32_val, &err), 0);
+    if (e->u32_key2) assert_int_equal(gguf_writer_add_u32(w, e->u32_key2, e->u32_val2, &err), 0);
     if (e->f32_key) assert_int_equal(gguf_writer_add_f32(w, e->f32_key, e->f32_val, &err), 0);
     uint8_t *poked = NULL; /* the writer reads tensor data when it writes */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -276,6 +280,19 @@ static void test_gemma3_hparams(void **state)
     assert_true(m->hp.rope_freq_scale == 0.125f);
     assert_true(m->hp.rope_freq_scale_swa == 1.0f);
     model_close(m);
+    /* the 27B shape (62 layers) scales by 1/sqrt(n_embd / n_head), not by
+     * the head size (128 in this copy): the hyper-parameters alone (the
+     * copy lacks the tensors of 60 layers) */
+    e = (edit){.u32_key = "gemma3.block_count", .u32_val = 62,
+               .u32_key2 = "gemma3.attention.key_length", .u32_val2 = 128};
+    path = copy_with("gemma3-F32", &e);
+    gguf *g = NULL;
+    if (gguf_open(&g, path, &err) != 0) fail_msg("%s", err.msg);
+    model_hparams hp27;
+    assert_int_equal(model_hparams_load(g, &hp27, &err), 0);
+    assert_int_equal(hp27.head_dim, 128);
+    assert_true(hp27.attn_scale == 1.0f / sqrtf(64.0f)); /* 256 / 4 */
+    gguf_close(g);
 }
 
 /* gemma2: llama.cpp's fixed pattern (even layers slide), both soft-caps,
