@@ -268,6 +268,11 @@ static int read_gemma_keys(const gguf *g, const char *arch, const arch_desc *d,
             rc = opt_float(g, arch, "final_logit_softcapping", 0, 1e9, &hp->final_softcap, err);
         if (rc != 0) return rc;
     }
+    if (d->arch == MODEL_ARCH_GEMMA3) {
+        /* none unless the file says (Gemma 3's configs have none) */
+        rc = opt_float(g, arch, "final_logit_softcapping", 0, 1e9, &hp->final_softcap, err);
+        if (rc != 0) return rc;
+    }
     rc = opt_float(g, arch, "attention.temperature_scale", -1e3, 1e3, &hp->attn_temp_scale, err);
     if (rc != 0) return rc;
     if (hp->attn_temp_scale != 0.0f) {

@@ -280,6 +280,11 @@ static void test_gemma3_hparams(void **state)
     assert_true(m->hp.rope_freq_scale == 0.125f);
     assert_true(m->hp.rope_freq_scale_swa == 1.0f);
     model_close(m);
+    e = (edit){.f32_key = "gemma3.final_logit_softcapping", .f32_val = 30.0f};
+    path = copy_with("gemma3-F32", &e);
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(m->hp.final_softcap == 30.0f);
+    model_close(m);
     /* the 27B shape (62 layers) scales by 1/sqrt(n_embd / n_head), not by
      * the head size (128 in this copy): the hyper-parameters alone (the
      * copy lacks the tensors of 60 layers) */
