@@ -1,17 +1,24 @@
-/* The forward pass of the llama family (llama, qwen2, qwen3) over a batch
- * of tokens from many sequences (see forward.h).
+/* The forward pass of every architecture of hparams.h over a batch of
+ * tokens from many sequences (see forward.h); what differs between them is
+ * data in model_hparams and which tensors are present.
  *
  * Per chunk of at most n_batch tokens, with x the residual stream:
- *   x = token_embd[token]
+ *   x = token_embd[token] * embd_scale                (gemma: sqrt(n_embd))
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q = h Wq^T (+ bq),  k = h Wk^T (+ bk),  v = h Wv^T (+ bv)
- *     qwen3: q, k = rmsnorm per head * q_norm, k_norm
- *     q, k = rope(q, k, pos);  cache[seq][pos] = (k, v) as F16
- *     x += attention(q, cache of seq, positions <= pos) Wo^T
+ *     q, k = rmsnorm per head * q_norm, k_norm       (qwen3, gemma3)
+ *     q, k = rope(q, k, pos) with the layer's base   (none in smollm3's every
+ *            4th layer; YaRN for mistral3);  q *= temperature(pos) (mistral3)
+ *     cache[seq][pos] = (k, v) as F16 or Q8_0
+ *     a = attention(q, cache of seq, positions <= pos, within the window on
+ *         sliding layers; scores soft-capped (gemma2); sinks (gpt-oss))
+ *     x += post_attn_norm(a Wo^T (+ bo))             (the norm: gemma)
  *     h = rmsnorm(x) * ffn_norm
- *     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
- *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for
+ *     x += post_ffw_norm((act(h Wgate^T) * (h Wup^T)) Wdown^T)
+ *          act = silu or gelu (gemma); routed experts instead (moe.h)
+ *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for,
+ *            then c tanh(logits / c) (gemma2)
  *   (model_forward_ex also hands out rmsnorm(x) * output_norm itself, the
  *   final hidden state, for the tokens asked for: embeddings)
  *
