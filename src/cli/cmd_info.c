@@ -5,6 +5,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/summary.h"
+#include "model/hparams.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -65,6 +66,17 @@ static void fmt_shape(char *buf, size_t n, const gguf_tensor *t)
     if (off < n) snprintf(buf + off, n - off, "]");
 }
 
+/* The graph Strata would run the file with (model_hparams_describe), or
+ * why it would refuse it: *ok tells which. */
+static void describe_graph(const gguf *g, char *buf, size_t n, bool *ok)
+{
+    model_hparams hp;
+    strata_err err;
+    *ok = model_hparams_load(g, &hp, &err) == 0;
+    if (*ok) model_hparams_describe(&hp, buf, n);
+    else snprintf(buf, n, "%s", err.msg);
+}
+
 static void print_text(const gguf *g, const gguf_summary *s, const char *path, bool tensors)
 {
     char a[64], b[64];
@@ -74,6 +86,10 @@ static void print_text(const gguf *g, const gguf_summary *s, const char *path, b
            g->shards[0].version, s->n_shards, s->n_shards == 1 ? "" : "s");
     printf("%-17s %.*s\n", "architecture:", (int)s->arch.len, s->arch.ptr);
     printf("%-17s %.*s\n", "name:", (int)s->name.len, s->name.ptr);
+    char graph[512];
+    bool graph_ok;
+    describe_graph(g, graph, sizeof(graph), &graph_ok);
+    printf("%-17s %s%s\n", "graph:", graph_ok ? "" : "not supported: ", graph);
     print_int("context length:", s->n_ctx_train);
     print_int("embedding width:", s->n_embd);
     print_int("layers:", s->n_layer);
@@ -169,6 +185,11 @@ static int print_json(const gguf *g, const gguf_summary *s, const char *path, bo
     json_object_set_new(o, "architecture", json_str(s->arch));
     json_object_set_new(o, "name", json_str(s->name));
     json_object_set_new(o, "file_type", json_int_or_null(s->file_type));
+    char graph[512];
+    bool graph_ok;
+    describe_graph(g, graph, sizeof(graph), &graph_ok);
+    json_object_set_new(o, "graph", graph_ok ? json_string(graph) : json_null());
+    json_object_set_new(o, "graph_error", graph_ok ? json_null() : json_string(graph));
 
     json_t *hp = json_object();
     json_object_set_new(hp, "context_length", json_int_or_null(s->n_ctx_train));

@@ -85,6 +85,40 @@ static attn_axpy_fn axpy_for_cpu(void)
     return axpy_scalar;
 }
 
+/* --- scores: soft-cap and window --- */
+
+/* First position a token at p sees. */
+static int64_t window_lo(const model_attn_args *a, int64_t p)
+{
+    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+}
+
+/* Scores sg[0..nv) of block b's rows, already scaled: soft-capped
+ * (c tanh(s / c), the division as a product by 1/c) and masked to -inf
+ * before lo. Scalar and element-wise: the same bits in both loops. */
+static void scores_finish(const model_attn_args *a, float *sg, int64_t nv, int64_t b, int64_t lo)
+{
+    if (a->softcap > 0.0f) {
+        const float c = a->softcap, inv_c = 1.0f / a->softcap;
+        for (int64_t j = 0; j < nv; j++) sg[j] = c * tanhf(sg[j] * inv_c);
+    }
+    const int64_t row0 = b * a->kv->block_tokens;
+    for (int64_t j = 0; j < nv && row0 + j < lo; j++) sg[j] = -INFINITY;
+}
+
+/* The factor that turns head h's accumulator into its output: 1 / l, or
+ * with a sink z, e^(m - m') / (l e^(m - m') + e^(z - m')) with
+ * m' = max(m, z). 0 rather than NaN when nothing was added (l = 0). */
+static float out_factor(const model_attn_args *a, int64_t h, float m, float l)
+{
+    if (a->sinks == NULL) return l > 0.0f ? 1.0f / l : 0.0f;
+    const float z = a->sinks[h];
+    const float mn = m > z ? m : z;
+    const float c = m == -INFINITY ? 0.0f : expf(m - mn);
+    const float lt = l * c + expf(z - mn);
+    return lt > 0.0f ? c / lt : 0.0f;
+}
+
 /* --- the loop --- */
 
 #define R16(x) (((x) + 15) / 16 * 16)
@@ -167,7 +201,8 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
         for (int64_t g = 0; g < G; g++) job->quant_q8(q + g * hd, qq + g * nbk, hd);
     }
 
-    for (int64_t b = 0; b < n_blocks; b++) {
+    const int64_t lo = window_lo(a, p);
+    for (int64_t b = lo / bt; b < n_blocks; b++) {
         const int64_t nv = b == n_blocks - 1 ? p % bt + 1 : bt;
         int32_t id = s->blocks[b];
         const uint8_t *kb = kv_k_block(kv, a->layer, id, kvh);
@@ -189,6 +224,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
         for (int64_t g = 0; g < G; g++) {
             float *sg = scores + g * bt;
             float *ag = acc + g * hdv;
+            scores_finish(a, sg, nv, b, lo);
             float mb = -INFINITY;
             for (int64_t j = 0; j < nv; j++) {
                 if (sg[j] > mb) mb = sg[j];
@@ -223,7 +259,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
     float *o = a->out + (size_t)t * (size_t)(a->n_head * hdv) + (size_t)(kvh * G * hdv);
     for (int64_t g = 0; g < G; g++) {
         /* l >= 1 unless every score was -inf or NaN; 0 then rather than NaN */
-        float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+        float inv = out_factor(a, kvh * G + g, m[g], l[g]);
         for (int64_t d = 0; d < hdv; d++) o[g * hdv + d] = acc[g * hdv + d] * inv;
     }
 }
@@ -335,7 +371,9 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
         for (int64_t qi = 0; qi < nq; qi++) job->quant_q8(QROW(qi), qq + qi * nbk, hd);
     }
 
-    for (int64_t b = 0; b <= last; b++) {
+    /* the tile's first token has the earliest window: blocks before it
+     * are skipped by every token; later tokens mask what they do not see */
+    for (int64_t b = window_lo(a, p0) / bt; b <= last; b++) {
         /* rows the tile's last token reads in this block */
         const int64_t nv_max = b == last ? (p0 + n_t - 1) % bt + 1 : bt;
         int32_t id = s->blocks[b];
@@ -362,6 +400,7 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
                 } else {
                     f16->qk(sg, QROW(qi), kf, (size_t)hd, nv, hd, a->scale);
                 }
+                scores_finish(a, sg, nv, b, window_lo(a, p0 + i));
                 float mb = -INFINITY;
                 for (int64_t j = 0; j < nv; j++) {
                     if (sg[j] > mb) mb = sg[j];
@@ -414,7 +453,7 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
         float *o = a->out + (size_t)(t0 + i) * (size_t)(a->n_head * hdv) + (size_t)(kvh * G * hdv);
         for (int64_t g = 0; g < G; g++) {
             const int64_t qi = i * G + g;
-            float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f;
+            float inv = out_factor(a, kvh * G + g, m[qi], l[qi]);
             for (int64_t d = 0; d < hdv; d++) o[g * hdv + d] = acc[qi * hdv + d] * inv;
         }
     }

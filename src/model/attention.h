@@ -7,6 +7,14 @@
  * over the positions of its own sequence only (the causal mask and the
  * isolation of sequences are the same thing here: nothing else is read).
  *
+ * Sliding windows (window > 0) keep j > p - window: blocks wholly before
+ * the window are skipped, and in the first block the earlier rows get a
+ * score of -inf (weight exactly 0). A soft-cap, when given, maps each
+ * scaled score s to c tanh(s / c) before the mask and the softmax. An
+ * attention sink z_h (gpt-oss) adds e^z_h to head h's denominator:
+ * out = sum_j e^(s_j - m') v_j / (sum_j e^(s_j - m') + e^(z_h - m')),
+ * m' = max(m, z_h), applied once at the end of the online softmax.
+ *
  * The softmax is computed online, streaming over the sequence's blocks in
  * position order: per block, the scores of its rows, the running maximum
  * m, the running sum l and the running output are updated
@@ -58,6 +66,12 @@ typedef struct model_attn_args {
     float *out;              /* (n_tokens, n_head * head_dim_v) */
     int64_t n_head;          /* a multiple of kv->n_head_kv */
     float scale;             /* usually 1 / sqrt(head_dim) */
+    int64_t window;          /* > 0: token at p sees positions p - window + 1 .. p only
+                                (sliding-window layers); 0: all of 0 .. p */
+    float softcap;           /* > 0: scores -> softcap * tanh(scores / softcap) after the
+                                scale (gemma2); 0: none */
+    const float *sinks;      /* (n_head) or NULL: a logit per head that joins each softmax's
+                                denominator and adds no value (gpt-oss) */
     float *scratch;          /* n_threads * model_attention_scratch_floats(...) */
 } model_attn_args;
 

@@ -1,17 +1,24 @@
-/* The forward pass of the llama family (llama, qwen2, qwen3) over a batch
- * of tokens from many sequences (see forward.h).
+/* The forward pass of every architecture of hparams.h over a batch of
+ * tokens from many sequences (see forward.h); what differs between them is
+ * data in model_hparams and which tensors are present.
  *
  * Per chunk of at most n_batch tokens, with x the residual stream:
- *   x = token_embd[token]
+ *   x = token_embd[token] * embd_scale                (gemma: sqrt(n_embd))
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q = h Wq^T (+ bq),  k = h Wk^T (+ bk),  v = h Wv^T (+ bv)
- *     qwen3: q, k = rmsnorm per head * q_norm, k_norm
- *     q, k = rope(q, k, pos);  cache[seq][pos] = (k, v) as F16
- *     x += attention(q, cache of seq, positions <= pos) Wo^T
+ *     q, k = rmsnorm per head * q_norm, k_norm       (qwen3, gemma3)
+ *     q, k = rope(q, k, pos) with the layer's base   (none in smollm3's every
+ *            4th layer; YaRN for mistral3);  q *= temperature(pos) (mistral3)
+ *     cache[seq][pos] = (k, v) as F16 or Q8_0
+ *     a = attention(q, cache of seq, positions <= pos, within the window on
+ *         sliding layers; scores soft-capped (gemma2); sinks (gpt-oss))
+ *     x += post_attn_norm(a Wo^T (+ bo))             (the norm: gemma)
  *     h = rmsnorm(x) * ffn_norm
- *     x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
- *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for
+ *     x += post_ffw_norm((act(h Wgate^T) * (h Wup^T)) Wdown^T)
+ *          act = silu or gelu (gemma); routed experts instead (moe.h)
+ *   logits = (rmsnorm(x) * output_norm) Wout^T   for the tokens asked for,
+ *            then c tanh(logits / c) (gemma2)
  *   (model_forward_ex also hands out rmsnorm(x) * output_norm itself, the
  *   final hidden state, for the tokens asked for: embeddings)
  *
@@ -23,6 +30,7 @@
 #include "base/log.h"
 #include "gguf/types.h"
 #include "model/attention.h"
+#include "model/moe.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -58,6 +66,7 @@ struct model_ctx {
     void *mm_scratch;       /* the largest tensor_matmul_scratch_bytes of any matrix */
     float *attn_scratch;    /* (n_threads, model_attention_scratch_floats) */
     int32_t *out_rows;      /* (n_batch) chunk rows whose logits are wanted */
+    model_moe_bufs moe;     /* the routed FFN's scratch (empty for dense models) */
 
     /* Batch checks, per sequence slot. */
     int64_t *seq_first;     /* (n_seq_max) first position in the batch, -1 unseen */
@@ -121,6 +130,7 @@ void model_ctx_free(model_ctx *ctx)
     free(ctx->mm_scratch);
     free(ctx->attn_scratch);
     free(ctx->out_rows);
+    model_moe_bufs_free(&ctx->moe);
     free(ctx->seq_first);
     free(ctx->seq_next);
     free(ctx);
@@ -198,6 +208,10 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
         }
     }
     ctx->mm_scratch = alloc_step(ctx, (int64_t)((mm + 3) / 4));
+    if (model_moe_bufs_init(&ctx->moe, m, n_batch) != 0) {
+        model_ctx_free(ctx);
+        return strata_err_set(err, STRATA_ENOMEM, "model context: out of memory");
+    }
 
     if (ctx->x == NULL || ctx->xn == NULL || ctx->q == NULL || ctx->k == NULL || ctx->v == NULL ||
         ctx->attn == NULL || ctx->gate == NULL || ctx->up == NULL || ctx->proj == NULL ||
@@ -240,8 +254,9 @@ enum row_op {
     ROW_EMBED,     /* x = token_embd[token] */
     ROW_NORM,      /* xn = rmsnorm(x) * w */
     ROW_QKV,       /* biases, q/k norms, rope, store k and v in the cache */
-    ROW_ADD_NORM,  /* x += proj; then xn = rmsnorm(x) * w when w is not NULL */
-    ROW_SWIGLU,    /* gate = silu(gate) * up */
+    ROW_ADD_NORM,  /* proj = rmsnorm(proj) * w_post when w_post is not NULL; x += proj;
+                      then xn = rmsnorm(x) * w when w is not NULL */
+    ROW_SWIGLU,    /* gate = act(gate) * up */
     ROW_OUT_NORM,  /* xn[j] = rmsnorm(x[out_rows[j]]) * w for the wanted rows */
 };
 
@@ -250,12 +265,59 @@ typedef struct row_job {
     enum row_op op;
     int64_t n_rows;
     const float *w;           /* norm weight */
+    const float *w_post;      /* ROW_ADD_NORM: post-norm weight of the sub-block, or NULL */
+    const float *bias;        /* ROW_ADD_NORM: proj += bias first, or NULL */
     const model_layer *layer; /* ROW_QKV */
     int64_t il;               /* ROW_QKV: layer index */
     const int32_t *tokens;    /* (n_rows) this chunk's */
     const int32_t *seq_ids;
     const int32_t *pos;
 } row_job;
+
+/* Rope with YaRN scaling, in place, over x's n_head heads of head_dim (the
+ * first n_rot dims of each rotated, pairs as hp->rope_mode says). Pair k's
+ * angle mixes the extrapolated angle theta_e = pos base^(-2k/n_rot) (in
+ * float, step by step as tensor_rope computes it) and the interpolated
+ * theta_i = freq_scale theta_e:
+ *     r = 1 - clamp((k - lo) / max(0.001, hi - lo), 0, 1)
+ *     theta = theta_i (1 - r) + theta_e r
+ * where lo, hi are the correction dims: lo = floor(d(beta_fast)), hi =
+ * ceil(d(beta_slow)) clamped to [0, n_rot - 1], with
+ *     d(beta) = n_rot ln(n_ctx_orig / (2 pi beta)) / (2 ln base)
+ * (the dims whose wavelength fits beta times into the original context);
+ * then cos and sin are multiplied by hp->yarn_mscale. */
+static void rope_yarn(float *x, int64_t n_head, int64_t head_dim, const model_hparams *hp,
+                      int64_t pos, float base)
+{
+    const int64_t n_rot = hp->n_rot;
+    const float two_pi = 6.28318530717958647692f;
+    const float ln_base = logf(base);
+    float lo = floorf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) /
+                      (2.0f * ln_base));
+    float hi = ceilf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) /
+                     (2.0f * ln_base));
+    lo = lo > 0.0f ? lo : 0.0f;
+    hi = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
+    const float step = powf(base, -2.0f / (float)n_rot);
+    const float fs = hp->rope_freq_scale;
+    const int64_t half = n_rot / 2;
+    float theta_e = (float)pos;
+    for (int64_t k = 0; k < half; k++, theta_e *= step) {
+        float y = ((float)k - lo) / fmaxf(0.001f, hi - lo);
+        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+        float theta_i = fs * theta_e;
+        float theta = theta_i * (1.0f - ramp) + theta_e * ramp;
+        float c = cosf(theta) * hp->yarn_mscale, sn = sinf(theta) * hp->yarn_mscale;
+        const int64_t i0 = hp->rope_mode == TENSOR_ROPE_NEOX ? k : 2 * k;
+        const int64_t i1 = hp->rope_mode == TENSOR_ROPE_NEOX ? k + half : 2 * k + 1;
+        for (int64_t h = 0; h < n_head; h++) {
+            float *xh = x + h * head_dim;
+            float a = xh[i0], b = xh[i1];
+            xh[i0] = a * c - b * sn;
+            xh[i1] = a * sn + b * c;
+        }
+    }
+}
 
 static void row_qkv(const row_job *j, int64_t t)
 {
@@ -282,10 +344,26 @@ static void row_qkv(const row_job *j, int64_t t)
         }
     }
     const int64_t pos = j->pos[t];
-    tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, hp->rope_freq_base,
-                hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
-    tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, hp->rope_freq_base,
-                hp->rope_freq_scale, m->rope_freqs, hp->rope_mode);
+    if (model_hparams_layer_rope(hp, j->il)) {
+        const bool swa = model_hparams_layer_swa(hp, j->il);
+        const float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        const float fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+        if (hp->rope_yarn) {
+            rope_yarn(q, hp->n_head, hd, hp, pos, base);
+            rope_yarn(k, hp->n_head_kv, hd, hp, pos, base);
+        } else {
+            tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, base, fscale,
+                        m->rope_freqs, hp->rope_mode);
+            tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, base, fscale,
+                        m->rope_freqs, hp->rope_mode);
+        }
+    }
+    if (hp->attn_temp_scale != 0.0f) {
+        /* Llama 4's query temperature, growing with the log of the
+         * position's multiple of the original context */
+        double f = floor((double)pos / (double)hp->attn_temp_floor) + 1.0;
+        tensor_scale(q, (float)(log(f) * (double)hp->attn_temp_scale + 1.0), n_q);
+    }
     /* Into the cache as F16 (round to nearest even) or Q8_0 (per 32-block
      * max-abs scale, codes rounded to nearest: tensor_quant_row_q8_0) */
     const int32_t seq = j->seq_ids[t];
@@ -327,6 +405,7 @@ static void row_one(const row_job *j, int64_t t)
                             m->output.n_cols, j->tokens[t], buf))
             row = buf;
         tensor_get_dequant(m->tok_embd.type)(row, ctx->x + t * n_embd, n_embd);
+        if (m->hp.embd_scale != 1.0f) tensor_scale(ctx->x + t * n_embd, m->hp.embd_scale, n_embd);
         break;
     }
     case ROW_NORM:
@@ -336,6 +415,11 @@ static void row_one(const row_job *j, int64_t t)
         row_qkv(j, t);
         break;
     case ROW_ADD_NORM:
+        if (j->bias != NULL) tensor_add(ctx->proj + t * n_embd, ctx->proj + t * n_embd, j->bias, n_embd);
+        if (j->w_post != NULL) {
+            tensor_rmsnorm(ctx->proj + t * n_embd, ctx->proj + t * n_embd, j->w_post, n_embd,
+                           m->hp.rms_eps);
+        }
         tensor_add(ctx->x + t * n_embd, ctx->x + t * n_embd, ctx->proj + t * n_embd, n_embd);
         if (j->w != NULL) {
             tensor_rmsnorm(ctx->xn + t * n_embd, ctx->x + t * n_embd, j->w, n_embd,
@@ -344,7 +428,14 @@ static void row_one(const row_job *j, int64_t t)
         break;
     case ROW_SWIGLU: {
         const int64_t n_ff = m->hp.n_ff;
-        tensor_swiglu(ctx->gate + t * n_ff, ctx->gate + t * n_ff, ctx->up + t * n_ff, n_ff);
+        float *gate = ctx->gate + t * n_ff;
+        if (m->hp.ffn_act == MODEL_FFN_GELU) {
+            /* GeGLU: gelu(gate) rounded, then times up */
+            tensor_gelu(gate, gate, n_ff);
+            tensor_mul(gate, gate, ctx->up + t * n_ff, n_ff);
+        } else {
+            tensor_swiglu(gate, gate, ctx->up + t * n_ff, n_ff);
+        }
         break;
     }
     case ROW_OUT_NORM:
@@ -397,7 +488,6 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
     j.w = m->layers[0].attn_norm;
     rows(&j);
 
-    const float scale = 1.0f / sqrtf((float)hp->head_dim);
     for (int64_t il = 0; il < hp->n_layer && rc == 0; il++) {
         const model_layer *l = &m->layers[il];
         /* attention */
@@ -418,7 +508,10 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
             .q = ctx->q,
             .out = ctx->attn,
             .n_head = hp->n_head,
-            .scale = scale,
+            .scale = hp->attn_scale,
+            .window = model_hparams_layer_swa(hp, il) ? hp->n_swa : 0,
+            .softcap = hp->attn_softcap,
+            .sinks = l->sinks,
             .scratch = ctx->attn_scratch,
         };
         model_attention(ctx->pool, &a);
@@ -426,19 +519,30 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
         if (rc != 0) break;
         j.op = ROW_ADD_NORM;
         j.w = l->ffn_norm;
+        j.w_post = l->post_attn_norm;
+        j.bias = l->bo;
         rows(&j);
+        j.bias = NULL;
 
-        /* feed-forward: out = W2 · (silu(W1·h) ⊙ W3·h) */
-        rc = matmul(ctx, &l->ffn_gate, ctx->xn, n, ctx->gate, err);
-        if (rc == 0) rc = matmul(ctx, &l->ffn_up, ctx->xn, n, ctx->up, err);
-        if (rc != 0) break;
-        j.op = ROW_SWIGLU;
-        rows(&j);
-        rc = matmul(ctx, &l->ffn_down, ctx->gate, n, ctx->proj, err);
-        if (rc != 0) break;
+        if (l->experts != NULL) {
+            /* routed: each token through its chosen experts (moe.h) */
+            rc = model_moe_ffn(ctx->pool, hp, l, ctx->xn, n, ctx->proj, &ctx->moe, err);
+            if (rc != 0) break;
+        } else {
+            /* feed-forward: out = W2 · (act(W1·h) ⊙ W3·h) */
+            rc = matmul(ctx, &l->ffn_gate, ctx->xn, n, ctx->gate, err);
+            if (rc == 0) rc = matmul(ctx, &l->ffn_up, ctx->xn, n, ctx->up, err);
+            if (rc != 0) break;
+            j.op = ROW_SWIGLU;
+            rows(&j);
+            rc = matmul(ctx, &l->ffn_down, ctx->gate, n, ctx->proj, err);
+            if (rc != 0) break;
+        }
         j.op = ROW_ADD_NORM;
         j.w = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : NULL;
+        j.w_post = l->post_ffw_norm;
         rows(&j);
+        j.w_post = NULL;
     }
     if (rc != 0) return rc;
 
@@ -471,7 +575,14 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
     j.w = m->output_norm;
     j.n_rows = n_want;
     rows(&j);
-    return matmul(ctx, &m->output, ctx->xn, n_want, logits_out, err);
+    rc = matmul(ctx, &m->output, ctx->xn, n_want, logits_out, err);
+    if (rc == 0 && hp->final_softcap > 0.0f) {
+        /* gemma2: logits -> c tanh(logits / c) */
+        const float c = hp->final_softcap, inv_c = 1.0f / hp->final_softcap;
+        for (int64_t i = 0; i < n_want * hp->n_vocab; i++)
+            logits_out[i] = c * tanhf(logits_out[i] * inv_c);
+    }
+    return rc;
 }
 
 /* Checks the whole batch and reserves its positions in the cache (see

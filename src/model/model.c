@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/threadpool.h"
+#include "model/moe.h"
 #include "gguf/types.h"
 #include "tensor/matmul.h"
 #include "tensor/pack.h"
@@ -110,8 +111,18 @@ static int bind_vector(const gguf *g, const char *name, int64_t n, bool required
     return 0;
 }
 
+/* Row range [r0, r0 + n_rows) of a bound matrix as a matrix of its own
+ * (rows are contiguous, row_bytes apart). */
+static model_matrix matrix_rows(const model_matrix *w, int64_t r0, int64_t n_rows)
+{
+    model_matrix s = *w;
+    s.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    s.n_rows = n_rows;
+    return s;
+}
+
 static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
-                      strata_err *err)
+                      model_matrix *slots, strata_err *err)
 {
     char name[GGUF_MAX_TENSOR_NAME + 32];
     const int64_t n_q = hp->n_head * hp->head_dim;
@@ -121,9 +132,21 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
     int rc = 0;
 #define NAME(suffix) (snprintf(name, sizeof(name), "blk.%" PRId64 ".%s", il, suffix), name)
     if (rc == 0) rc = bind_vector(g, NAME("attn_norm.weight"), hp->n_embd, true, &l->attn_norm, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_q.weight"), n_q, hp->n_embd, true, &l->wq, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_k.weight"), n_k, hp->n_embd, true, &l->wk, err);
-    if (rc == 0) rc = bind_matrix(g, NAME("attn_v.weight"), n_v, hp->n_embd, true, &l->wv, err);
+    if (hp->fused_qkv) {
+        model_matrix qkv;
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("attn_qkv.weight"), n_q + n_k + n_v, hp->n_embd, true, &qkv,
+                             err);
+        if (rc == 0) {
+            l->wq = matrix_rows(&qkv, 0, n_q);
+            l->wk = matrix_rows(&qkv, n_q, n_k);
+            l->wv = matrix_rows(&qkv, n_q + n_k, n_v);
+        }
+    } else {
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_q.weight"), n_q, hp->n_embd, true, &l->wq, err);
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_k.weight"), n_k, hp->n_embd, true, &l->wk, err);
+        if (rc == 0) rc = bind_matrix(g, NAME("attn_v.weight"), n_v, hp->n_embd, true, &l->wv, err);
+    }
     if (rc == 0)
         rc = bind_matrix(g, NAME("attn_output.weight"), hp->n_embd, n_o, true, &l->wo, err);
     /* Biases: required for qwen2, taken when present for llama (some
@@ -132,18 +155,45 @@ static int bind_layer(const gguf *g, const model_hparams *hp, int64_t il, model_
     if (rc == 0) rc = bind_vector(g, NAME("attn_q.bias"), n_q, bias_req, &l->bq, err);
     if (rc == 0) rc = bind_vector(g, NAME("attn_k.bias"), n_k, bias_req, &l->bk, err);
     if (rc == 0) rc = bind_vector(g, NAME("attn_v.bias"), n_v, bias_req, &l->bv, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_output.bias"), hp->n_embd, false, &l->bo, err);
+    if (rc == 0) rc = bind_vector(g, NAME("attn_sinks.weight"), hp->n_head, false, &l->sinks, err);
     if (hp->has_qk_norm) {
         if (rc == 0)
             rc = bind_vector(g, NAME("attn_q_norm.weight"), hp->head_dim, true, &l->q_norm, err);
         if (rc == 0)
             rc = bind_vector(g, NAME("attn_k_norm.weight"), hp->head_dim, true, &l->k_norm, err);
     }
-    if (rc == 0) rc = bind_vector(g, NAME("ffn_norm.weight"), hp->n_embd, true, &l->ffn_norm, err);
     if (rc == 0)
-        rc = bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_gate, err);
-    if (rc == 0)
-        rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
-    if (rc == 0)
+        rc = bind_vector(g, NAME(hp->ffn_norm_post_attn ? "post_attention_norm.weight"
+                                                        : "ffn_norm.weight"),
+                         hp->n_embd, true, &l->ffn_norm, err);
+    if (hp->has_post_norms) {
+        if (rc == 0)
+            rc = bind_vector(g, NAME("post_attention_norm.weight"), hp->n_embd, true,
+                             &l->post_attn_norm, err);
+        if (rc == 0)
+            rc = bind_vector(g, NAME("post_ffw_norm.weight"), hp->n_embd, true, &l->post_ffw_norm,
+                             err);
+    }
+    if (hp->n_expert > 0) {
+        if (rc == 0)
+            rc = model_moe_bind(g, hp, il, l, slots + il * hp->n_expert * 3, err);
+    } else if (hp->fused_gate_up) {
+        model_matrix gu;
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_up.weight"), 2 * hp->n_ff, hp->n_embd, true, &gu, err);
+        if (rc == 0) {
+            l->ffn_gate = matrix_rows(&gu, 0, hp->n_ff);
+            l->ffn_up = matrix_rows(&gu, hp->n_ff, hp->n_ff);
+        }
+    } else {
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_gate,
+                             err);
+        if (rc == 0)
+            rc = bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, true, &l->ffn_up, err);
+    }
+    if (rc == 0 && hp->n_expert == 0)
         rc = bind_matrix(g, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, true, &l->ffn_down, err);
 #undef NAME
     return rc;
@@ -184,9 +234,17 @@ static int bind_all(model *m, strata_err *err)
 
     rc = bind_vector(g, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, err);
     if (rc != 0) return rc;
+    /* Phi-3's long-context rope (LongRoPE: per-dim factors switched by
+     * the context length) is not implemented: refuse rather than run
+     * such a file with plain rope */
+    if (gguf_find_tensor(g, "rope_factors_long.weight") != NULL) {
+        return strata_err_set(err, STRATA_EUNSUPPORTED,
+                              "tensor rope_factors_long.weight: LongRoPE scaling (Phi-3 128k) is "
+                              "not supported");
+    }
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
-        rc = bind_layer(g, hp, il, &m->layers[il], err);
+        rc = bind_layer(g, hp, il, &m->layers[il], m->expert_slots, err);
         if (rc != 0) return rc;
     }
     return 0;
@@ -343,10 +401,16 @@ int model_load(model **out, gguf *g, strata_err *err)
         m->layers = calloc((size_t)m->hp.n_layer, sizeof(*m->layers));
         if (m->layers == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
+    if (rc == 0 && m->hp.n_expert > 0) {
+        m->expert_slots = calloc((size_t)(m->hp.n_layer * m->hp.n_expert * 3),
+                                 sizeof(*m->expert_slots));
+        if (m->expert_slots == NULL) rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    }
     if (rc == 0) rc = bind_all(m, err);
     if (rc == 0) rc = pack_all(m, err);
     if (rc != 0) {
         packed_free(m->packed, m->packed_map);
+        free(m->expert_slots);
         free(m->layers);
         free(m);
         return rc;
@@ -382,6 +446,7 @@ void model_close(model *m)
     if (m == NULL) return;
     if (m->owns_gguf) gguf_close(m->g);
     packed_free(m->packed, m->packed_map);
+    free(m->expert_slots);
     free(m->layers);
     free(m);
 }

@@ -11,6 +11,11 @@
  * F32), and of exactly the shape the hyper-parameters imply. A failure names
  * the tensor, the shape it has and the shape it should have.
  *
+ * Fused matrices (phi3): attn_qkv.weight is bound as three row ranges wq,
+ * wk, wv of the one tensor, ffn_up.weight (2 n_ff rows) as ffn_gate (the
+ * first n_ff rows) and ffn_up (the rest); each range is a matrix of its
+ * own to the kernels and to repacking.
+ *
  * Output matrix: output.weight when present, else token_embd.weight (tied
  * embeddings, as Qwen2 and Llama 3.2 ship). */
 #ifndef STRATA_MODEL_MODEL_H
@@ -43,12 +48,24 @@ typedef struct model_layer {
     const float *bq;          /* (n_head*head_dim) or NULL */
     const float *bk;          /* (n_head_kv*head_dim) or NULL */
     const float *bv;          /* (n_head_kv*head_dim_v) or NULL */
+    const float *bo;          /* (n_embd) attn_output.bias or NULL */
+    const float *sinks;       /* (n_head) attn_sinks.weight or NULL (gpt-oss) */
     const float *q_norm;      /* (head_dim) or NULL */
     const float *k_norm;      /* (head_dim) or NULL */
+    const float *post_attn_norm; /* (n_embd) or NULL: gemma's norm of attention's output */
     const float *ffn_norm;    /* (n_embd) */
+    const float *post_ffw_norm;  /* (n_embd) or NULL: gemma's norm of the FFN's output */
     model_matrix ffn_gate;    /* (n_ff, n_embd) */
     model_matrix ffn_up;      /* (n_ff, n_embd) */
     model_matrix ffn_down;    /* (n_embd, n_ff) */
+    /* mixture of experts (hp.n_expert > 0; then ffn_gate/up/down are unset) */
+    model_matrix ffn_gate_inp;    /* (n_expert, n_embd) the router */
+    const float *ffn_gate_inp_b;  /* (n_expert) its bias, or NULL */
+    const float *exp_gate_b;      /* (n_expert, n_ff_exp) expert biases, or NULL (gpt-oss) */
+    const float *exp_up_b;        /* (n_expert, n_ff_exp) */
+    const float *exp_down_b;      /* (n_expert, n_embd) */
+    const model_matrix *experts;  /* (n_expert, 3): gate (n_ff_exp, n_embd), up (n_ff_exp,
+                                     n_embd), down (n_embd, n_ff_exp) of each; or NULL */
 } model_layer;
 
 typedef struct model {
@@ -61,6 +78,7 @@ typedef struct model {
     const float *output_norm; /* (n_embd) */
     const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
     model_layer *layers;      /* (n_layer) */
+    model_matrix *expert_slots; /* (n_layer, n_expert, 3) what layers[].experts point into */
     char *packed;             /* the repacked matrices (a mapping), or NULL */
     size_t packed_map;        /* its length */
     size_t packed_bytes;      /* bytes of weights repacked */

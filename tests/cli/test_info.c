@@ -159,6 +159,46 @@ static void test_vocab_only_file(void **state)
     run_result_free(&r);
 }
 
+/* The graph line: what Strata would run for each architecture of the
+ * golden files, and why it refuses one it has no graph for. */
+static void test_graph_line(void **state)
+{
+    (void)state;
+    static const char *const archs[][2] = {
+        {"gemma3", "graph:            gemma3: GeGLU (tanh) FFN, NEOX rope base 1e+06"},
+        {"gemma2", "attention soft-cap 1, logit soft-cap 2"},
+        {"phi3", "fused QKV and gate/up"},
+        {"smollm3", "(none in 1 of every 4 layers)"},
+        {"mistral3", "with YaRN (x16 from 16 positions), query temperature 0.1"},
+        {"qwen3moe", "2 of 8 experts of FFN 64 per token, q/k norms"},
+        {"gpt-oss", "clamped SwiGLU (gpt-oss) FFN"},
+    };
+    char path[4096], rel[256];
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        snprintf(rel, sizeof(rel), "golden/models/%s-F32.gguf", archs[i][0]);
+        TESTDATA_FILE(path, rel);
+        run_result r = run_info(path, NULL, NULL);
+        assert_int_equal(r.status, 0);
+        assert_contains(r.out, archs[i][1]);
+        run_result_free(&r);
+    }
+    TESTDATA_FILE(path, "golden/models/gemma3-F32.gguf");
+    run_result r = run_info(path, NULL, NULL);
+    assert_contains(r.out, "window 8 on 1 of 2 layers (rope base 10000 there)");
+    run_result_free(&r);
+    TESTDATA_FILE(path, "tokenizer/ggml-vocab-falcon.gguf");
+    r = run_info(path, "--json", NULL);
+    assert_int_equal(r.status, 0);
+    json_t *got = json_loads(r.out, 0, NULL);
+    assert_non_null(got);
+    assert_true(json_is_null(json_object_get(got, "graph")));
+    const char *why = json_string_value(json_object_get(got, "graph_error"));
+    assert_non_null(why);
+    assert_contains(why, "architecture 'falcon' is not supported");
+    json_decref(got);
+    run_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_json_matches_info_file),
         cmocka_unit_test(test_bad_files_fail_with_message),
         cmocka_unit_test(test_vocab_only_file),
+        cmocka_unit_test(test_graph_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
  *   - F16 and Q8_0 keys and values, and the two mixes;
  *   - blocks of 32 and of 8 positions (tiles then end at every block);
  *   - no pool, and a pool of 3 threads;
+ *   - full causal attention, sliding windows of 8 and 40, a soft-cap, sinks;
  *   - every SIMD level of this machine: the test runs itself once per level
  *     with STRATA_CPU set (the level is fixed per process). */
 #include <setjmp.h>
@@ -149,31 +150,50 @@ static void run_cfg(const cfg *c, strata_pool **pools, int n_pools)
         .scale = 1.0f / sqrtf((float)c->hd),
         .scratch = scratch,
     };
-    memset(out_ref, 0x7f, q_floats * sizeof(float));
-    model_attention_ref(NULL, &a);
-    for (int ip = 0; ip < n_pools; ip++) {
-        a.out = out;
-        memset(out, 0x7f, q_floats * sizeof(float));
-        model_attention(pools[ip], &a);
-        if (memcmp(out, out_ref, q_floats * sizeof(float)) != 0) {
-            size_t i = 0;
-            while (out[i] == out_ref[i]) i++;
-            fail_msg("G=%lld hd=%lld k=%u v=%u bt=%d threads=%d (level %s): token %zu differs "
-                     "(%.9g vs %.9g)",
-                     (long long)c->G, (long long)c->hd, c->k_type, c->v_type, c->bt,
-                     strata_pool_n_threads(pools[ip]), strata_simd_level_name(strata_cpu_level()),
-                     i / (size_t)(n_head * c->hd), (double)out[i], (double)out_ref[i]);
+    /* full causal attention; a window of 8 (tiles that start before their
+     * last tokens' windows, blocks of 8 skipped whole); a window of 40
+     * with gemma2's soft-cap of 1 and attention sinks */
+    const int64_t windows[] = {0, 8, 40};
+    const float caps[] = {0.0f, 0.0f, 1.0f};
+    float sinks[64];
+    for (int h = 0; h < 64; h++) sinks[h] = 2.0f * frand(&seed);
+    for (int iv = 0; iv < 3; iv++) {
+        a.window = windows[iv];
+        a.softcap = caps[iv];
+        a.sinks = iv == 2 ? sinks : NULL; /* gpt-oss's sinks with the last */
+        a.n_tokens = n;
+        a.seq_ids = seq_ids;
+        a.pos = pos;
+        a.q = q;
+        a.out = out_ref;
+        memset(out_ref, 0x7f, q_floats * sizeof(float));
+        model_attention_ref(NULL, &a);
+        for (int ip = 0; ip < n_pools; ip++) {
+            a.out = out;
+            memset(out, 0x7f, q_floats * sizeof(float));
+            model_attention(pools[ip], &a);
+            if (memcmp(out, out_ref, q_floats * sizeof(float)) != 0) {
+                size_t i = 0;
+                while (out[i] == out_ref[i]) i++;
+                fail_msg("G=%lld hd=%lld k=%u v=%u bt=%d window=%lld cap=%g threads=%d (level %s): "
+                         "token %zu differs "
+                         "(%.9g vs %.9g)",
+                         (long long)c->G, (long long)c->hd, c->k_type, c->v_type, c->bt,
+                         (long long)a.window, (double)a.softcap,
+                         strata_pool_n_threads(pools[ip]), strata_simd_level_name(strata_cpu_level()),
+                         i / (size_t)(n_head * c->hd), (double)out[i], (double)out_ref[i]);
+            }
         }
+        /* a single decode token as its own batch, through the tiled entry */
+        a.n_tokens = 1;
+        a.seq_ids = &seq_ids[n - 1];
+        a.pos = &pos[n - 1];
+        a.q = q + (size_t)(n - 1) * (size_t)(n_head * c->hd);
+        a.out = out;
+        model_attention(pools[0], &a);
+        assert_memory_equal(out, out_ref + (size_t)(n - 1) * (size_t)(n_head * c->hd),
+                            (size_t)(n_head * c->hd) * sizeof(float));
     }
-    /* a single decode token as its own batch, through the tiled entry */
-    a.n_tokens = 1;
-    a.seq_ids = &seq_ids[n - 1];
-    a.pos = &pos[n - 1];
-    a.q = q + (size_t)(n - 1) * (size_t)(n_head * c->hd);
-    a.out = out;
-    model_attention(pools[0], &a);
-    assert_memory_equal(out, out_ref + (size_t)(n - 1) * (size_t)(n_head * c->hd),
-                        (size_t)(n_head * c->hd) * sizeof(float));
 
     free(q);
     free(out_ref);

@@ -6,7 +6,11 @@
  * came as one prefill batch or one decode step at a time. Checked on
  * models that cover each activation path: Q8_K (Q4_K), Q8_0 with biases and
  * tied output (qwen2), F16 with per-head q/k norms (qwen3), F32 (stories,
- * head size 8). */
+ * head size 8), and Q8_0 gemma3 (a sliding window of 8 in layer 0, with
+ * its masking in tiles that start inside or before the window), and Q8_0
+ * qwen3moe (experts run over the tokens that chose them, so a token's
+ * expert products share a call with whatever else the batch routed
+ * there). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -243,6 +247,18 @@ static void test_qwen3_f16(void **state)
     check_model("golden/models/qwen3-F16.gguf", 13);
 }
 
+static void test_gemma3_q8_0(void **state)
+{
+    (void)state;
+    check_model("golden/models/gemma3-Q8_0.gguf", 15);
+}
+
+static void test_qwen3moe_q8_0(void **state)
+{
+    (void)state;
+    check_model("golden/models/qwen3moe-Q8_0.gguf", 16);
+}
+
 static void test_stories_f32(void **state)
 {
     (void)state;
@@ -256,6 +272,8 @@ int main(void)
         cmocka_unit_test(test_qwen2_q8_0),
         cmocka_unit_test(test_qwen3_f16),
         cmocka_unit_test(test_stories_f32),
+        cmocka_unit_test(test_gemma3_q8_0),
+        cmocka_unit_test(test_qwen3moe_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,8 @@ typedef struct edit {
     const char *str_val;
     const char *u32_key;         /* set a u32 key (added or replaced) */
     uint32_t u32_val;
+    const char *u32_key2;        /* and a second one */
+    uint32_t u32_val2;
     const char *f32_key;         /* set an f32 key (added or replaced) */
     float f32_val;
     const char *drop_tensor;     /* leave this tensor out */
@@ -53,13 +55,15 @@ static const char *copy_with(const char *src, const edit *e)
     const gguf_shard *s = &g->shards[0];
     for (uint64_t i = 0; i < s->n_kv; i++) {
         const char *k = s->kvs[i].key;
-        if (is(k, e->drop_key) || is(k, e->str_key) || is(k, e->u32_key) || is(k, e->f32_key)) {
+        if (is(k, e->drop_key) || is(k, e->str_key) || is(k, e->u32_key) || is(k, e->u32_key2) ||
+            is(k, e->f32_key)) {
             continue;
         }
         assert_int_equal(gguf_writer_add(w, k, &s->kvs[i].value, &err), 0);
     }
     if (e->str_key) assert_int_equal(gguf_writer_add_str(w, e->str_key, e->str_val, &err), 0);
     if (e->u32_key) assert_int_equal(gguf_writer_add_u32(w, e->u32_key, e->u32_val, &err), 0);
+    if (e->u32_key2) assert_int_equal(gguf_writer_add_u32(w, e->u32_key2, e->u32_val2, &err), 0);
     if (e->f32_key) assert_int_equal(gguf_writer_add_f32(w, e->f32_key, e->f32_val, &err), 0);
     uint8_t *poked = NULL; /* the writer reads tensor data when it writes */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -224,11 +228,197 @@ static void test_load_errors_name_the_culprit(void **state)
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope.dimension_count 63");
     e = (edit){.u32_key = "llama.embedding_length", .u32_val = 0};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "llama.embedding_length = 0 is out of range");
-    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "yarn"};
-    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'yarn'");
+    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "longrope"};
+    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'longrope'");
     static const float wrong[7] = {1, 1, 1, 1, 1, 1, 1};
     e = (edit){.add_tensor = "rope_freqs.weight", .add_data = wrong, .add_n = 7};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope_freqs.weight has shape [7], expected [32]");
+    e = (edit){.add_tensor = "rope_factors_long.weight", .add_data = wrong, .add_n = 7};
+    load_fails("phi3-F32", &e, STRATA_EUNSUPPORTED, "LongRoPE scaling (Phi-3 128k) is not supported");
+}
+
+/* gemma3: the window and its pattern, the sliding layers' rope base, the
+ * embedding scale, q/k norms, post-norms, GeGLU, the tied output. */
+static void test_gemma3_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gemma3-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GEMMA3);
+    assert_int_equal(hp->n_swa, 8);
+    assert_int_equal(hp->swa_pattern, 2);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->rope_freq_base == 1e6f);
+    assert_true(hp->rope_freq_base_swa == 10000.0f);
+    assert_true(hp->embd_scale == 16.0f);
+    assert_true(hp->attn_scale == 0.125f);
+    assert_int_equal(hp->ffn_act, MODEL_FFN_GELU);
+    assert_true(hp->attn_softcap == 0.0f && hp->final_softcap == 0.0f);
+    assert_true(m->tied_output);
+    assert_non_null(m->layers[1].q_norm);
+    assert_non_null(m->layers[1].post_attn_norm);
+    assert_non_null(m->layers[1].post_ffw_norm);
+    char desc[256];
+    model_hparams_describe(hp, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "window 8 on 1 of 2 layers"));
+    model_close(m);
+    /* without the pattern key, llama.cpp's 6: five sliding layers, one global */
+    edit e = {.drop_key = "gemma3.attention.sliding_window_pattern"};
+    const char *path = copy_with("gemma3-F32", &e);
+    strata_err err;
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(m->hp.swa_pattern, 6);
+    assert_true(model_hparams_layer_swa(&m->hp, 1));
+    model_close(m);
+    /* Gemma 3 4B-27B's linear rope scaling (a factor without a type key
+     * reads as linear) is the global layers' only */
+    e = (edit){.f32_key = "gemma3.rope.scaling.factor", .f32_val = 8.0f};
+    path = copy_with("gemma3-F32", &e);
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(m->hp.rope_freq_scale == 0.125f);
+    assert_true(m->hp.rope_freq_scale_swa == 1.0f);
+    model_close(m);
+    e = (edit){.f32_key = "gemma3.final_logit_softcapping", .f32_val = 30.0f};
+    path = copy_with("gemma3-F32", &e);
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(m->hp.final_softcap == 30.0f);
+    model_close(m);
+    /* the 27B shape (62 layers) scales by 1/sqrt(n_embd / n_head), not by
+     * the head size (128 in this copy): the hyper-parameters alone (the
+     * copy lacks the tensors of 60 layers) */
+    e = (edit){.u32_key = "gemma3.block_count", .u32_val = 62,
+               .u32_key2 = "gemma3.attention.key_length", .u32_val2 = 128};
+    path = copy_with("gemma3-F32", &e);
+    gguf *g = NULL;
+    if (gguf_open(&g, path, &err) != 0) fail_msg("%s", err.msg);
+    model_hparams hp27;
+    assert_int_equal(model_hparams_load(g, &hp27, &err), 0);
+    assert_int_equal(hp27.head_dim, 128);
+    assert_true(hp27.attn_scale == 1.0f / sqrtf(64.0f)); /* 256 / 4 */
+    gguf_close(g);
+}
+
+/* gemma2: llama.cpp's fixed pattern (even layers slide), both soft-caps,
+ * one rope base, no q/k norms. */
+static void test_gemma2_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gemma2-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GEMMA2);
+    assert_int_equal(hp->n_swa, 8);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->rope_freq_base_swa == hp->rope_freq_base);
+    assert_true(hp->attn_softcap == 1.0f);
+    assert_true(hp->final_softcap == 2.0f);
+    assert_null(m->layers[0].q_norm);
+    assert_non_null(m->layers[0].post_ffw_norm);
+    model_close(m);
+}
+
+/* phi3: the fused matrices bound as row ranges of one tensor. */
+static void test_phi3_fused(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    setenv("STRATA_REPACK", "0", 1);
+    MT_OPEN(m, "golden/models/phi3-F32.gguf");
+    unsetenv("STRATA_REPACK");
+    const model_layer *l = &m->layers[1];
+    assert_int_equal(m->hp.arch, MODEL_ARCH_PHI3);
+    assert_int_equal(l->wq.n_rows, 256);
+    assert_int_equal(l->wk.n_rows, 128);
+    assert_int_equal(l->wv.n_rows, 128);
+    assert_ptr_equal((const char *)l->wk.data, (const char *)l->wq.data + 256 * l->wq.row_bytes);
+    assert_ptr_equal((const char *)l->wv.data, (const char *)l->wk.data + 128 * l->wk.row_bytes);
+    assert_int_equal(l->ffn_gate.n_rows, 256);
+    assert_ptr_equal((const char *)l->ffn_up.data,
+                     (const char *)l->ffn_gate.data + 256 * l->ffn_gate.row_bytes);
+    model_close(m);
+}
+
+/* smollm3: rope in layers 0-2, none in layer 3; mistral3: YaRN and the
+ * query temperature. */
+static void test_smollm3_mistral3_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/smollm3-F32.gguf");
+    assert_int_equal(m->hp.arch, MODEL_ARCH_SMOLLM3);
+    assert_true(model_hparams_layer_rope(&m->hp, 0));
+    assert_true(model_hparams_layer_rope(&m->hp, 2));
+    assert_false(model_hparams_layer_rope(&m->hp, 3));
+    assert_true(m->tied_output);
+    model_close(m);
+    MT_OPEN(m, "golden/models/mistral3-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_MISTRAL3);
+    assert_true(hp->rope_yarn);
+    assert_true(hp->rope_freq_scale == 1.0f / 16.0f);
+    assert_int_equal(hp->n_ctx_orig, 16);
+    assert_true(hp->yarn_beta_fast == 32.0f && hp->yarn_beta_slow == 1.0f);
+    assert_true(hp->yarn_mscale == 1.0f); /* log multiplier 1: the factors cancel */
+    assert_true(fabsf(hp->attn_temp_scale - 0.1f) < 1e-7f);
+    assert_int_equal(hp->attn_temp_floor, 16);
+    model_close(m);
+}
+
+/* qwen3moe: the expert counts and each expert's matrices as slabs of the
+ * 3-D tensors; a router of the wrong shape is refused by name. */
+static void test_qwen3moe_experts(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/qwen3moe-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_QWEN3MOE);
+    assert_int_equal(hp->n_expert, 8);
+    assert_int_equal(hp->n_expert_used, 2);
+    assert_int_equal(hp->n_ff_exp, 64);
+    const model_layer *l = &m->layers[1];
+    assert_non_null(l->experts);
+    assert_int_equal(l->ffn_gate_inp.n_rows, 8);
+    assert_int_equal(l->experts[3 * 5 + 0].n_rows, 64);  /* expert 5's gate */
+    assert_int_equal(l->experts[3 * 5 + 2].n_cols, 64);  /* its down */
+    assert_ptr_equal((const char *)l->experts[3 * 5].data,
+                     (const char *)l->experts[0].data + 5 * 64 * l->experts[0].row_bytes);
+    assert_null(l->ffn_gate.data);
+    char desc[256];
+    model_hparams_describe(hp, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "2 of 8 experts of FFN 64"));
+    model_close(m);
+    edit e = {.reshape_tensor = "blk.0.ffn_gate_inp.weight", .ne0 = 128, .ne1 = 16};
+    load_fails("qwen3moe-F32", &e, STRATA_EFORMAT,
+               "tensor blk.0.ffn_gate_inp.weight has shape [128, 16], expected [256, 8]");
+}
+
+/* gpt-oss: biases, sinks, the window on layer 0, the post_attention_norm
+ * bound as the FFN's norm, the router bias and expert biases. */
+static void test_gptoss_hparams(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/gpt-oss-F32.gguf");
+    const model_hparams *hp = &m->hp;
+    assert_int_equal(hp->arch, MODEL_ARCH_GPTOSS);
+    assert_int_equal(hp->n_swa, 8);
+    assert_true(model_hparams_layer_swa(hp, 0));
+    assert_false(model_hparams_layer_swa(hp, 1));
+    assert_true(hp->moe_softmax_chosen);
+    assert_int_equal(hp->ffn_act, MODEL_FFN_SWIGLU_OAI);
+    const model_layer *l = &m->layers[0];
+    assert_non_null(l->bo);
+    assert_non_null(l->sinks);
+    assert_non_null(l->ffn_norm);
+    assert_null(l->post_attn_norm);
+    assert_non_null(l->ffn_gate_inp_b);
+    assert_non_null(l->exp_gate_b);
+    assert_non_null(l->exp_down_b);
+    model_close(m);
 }
 
 static void eval_file(const char *path, float *logits)
@@ -406,6 +596,12 @@ int main(void)
         cmocka_unit_test(test_rope_factors_and_scaling),
         cmocka_unit_test(test_repack),
         cmocka_unit_test(test_repack_refused_matrix_stays),
+        cmocka_unit_test(test_gemma3_hparams),
+        cmocka_unit_test(test_gemma2_hparams),
+        cmocka_unit_test(test_phi3_fused),
+        cmocka_unit_test(test_smollm3_mistral3_hparams),
+        cmocka_unit_test(test_qwen3moe_experts),
+        cmocka_unit_test(test_gptoss_hparams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
