@@ -179,6 +179,15 @@ qk_avx2(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, const
     QK_BODY(dot8_avx2)
 }
 
+/* qk, AVX-512, the sign-move form (QK_BODY): heads past the last four, and
+ * rows longer than QK_VNNI_MAX_BLK blocks. */
+static __attribute__((target(AVX512_ATTRS))) void
+qk_avx512_plain(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q,
+                const uint8_t *k, size_t k_row_bytes, int64_t n_rows, int64_t n_blk)
+{
+    QK_BODY(dot8_avx512)
+}
+
 /* qk, AVX-512 VNNI: keys offset to unsigned (k + 128, a flip of the sign
  * bit), so VPDPBUSD multiplies them by the signed query codes directly;
  * the offset adds 128 * (sum of the query block's codes), an exact integer
@@ -188,13 +197,6 @@ qk_avx2(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, const
 #define QK_VNNI_MAX_BLK 8
 
 static __attribute__((target(AVX512_ATTRS))) void
-qk_avx512_plain(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q,
-                const uint8_t *k, size_t k_row_bytes, int64_t n_rows, int64_t n_blk)
-{
-    QK_BODY(dot8_avx512)
-}
-
-static __attribute__((target(AVX512_ATTRS))) void
 qk_avx512(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, const uint8_t *k,
           size_t k_row_bytes, int64_t n_rows, int64_t n_blk)
 {
@@ -202,8 +204,8 @@ qk_avx512(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, con
         qk_avx512_plain(scores, ld_scores, q, n_q, k, k_row_bytes, n_rows, n_blk);
         return;
     }
+    /* 0x80 in every byte: the sign flip, and 128 as VPDPBUSD's unsigned operand */
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    const __m256i ones8 = _mm256_set1_epi8(1);
     int64_t g = 0;
     for (; g + 4 <= n_q; g += 4) {
         const block_q8_0 *qg[4] = {q + g * n_blk, q + (g + 1) * n_blk, q + (g + 2) * n_blk,
@@ -215,7 +217,7 @@ qk_avx512(float *scores, size_t ld_scores, const block_q8_0 *q, int64_t n_q, con
             for (int i = 0; i < 4; i++) {
                 /* 128 * sum(q): VPDPBUSD of 128 (unsigned) and the codes */
                 c[i] = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(), _mm256_slli_epi16(ones8, 7),
+                    _mm256_setzero_si256(), flip,
                     _mm256_loadu_si256((const __m256i *)(const void *)qg[i][b].qs));
             }
             corr[b] = hsum4_i32(c[0], c[1], c[2], c[3]);
