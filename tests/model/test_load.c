@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "base/cpu.h"
 #include "gguf/gguf_write.h"
 #include "model_testutil.h"
 #include "tensor/ops.h"
@@ -563,8 +564,15 @@ static void test_repack(void **state)
          * (max|diff| 0 under STRATA_CPU=scalar), but the file layout's
          * AVX2 Q6_K kernel rounds differently, and in this tiny random
          * model that moves an activation code across a rounding tie, which
-         * moves the logits by about 1 % */
-        const double tol = strstr(files[f], "Q6_K") != NULL ? 2e-2 : 1e-4;
+         * moves the logits by about 1 %. The same happens to Q4_K under
+         * STRATA_CPU=scalar: the file layout's scalar Q4_K kernel takes a
+         * multiply then an add per block where the x8 kernels, like the
+         * file layout's AVX2 kernel (max|diff| 6e-7 there), take one fused
+         * multiply-add */
+        const bool tie_moves = strstr(files[f], "Q6_K") != NULL ||
+                               (strstr(files[f], "Q4_K") != NULL &&
+                                strata_cpu_level() == STRATA_SIMD_SCALAR);
+        const double tol = tie_moves ? 2e-2 : 1e-4;
         expect_same_logits_tol(packed, plain, ids, n, 2, files[f], tol);
     }
 }
