@@ -237,8 +237,8 @@ X8_AVX512_INLINE void q6_k_tile(int64_t n, const void *w, size_t gs, const void 
             isum[t] = _mm512_setzero_si512();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *ql0 = b0[ib].ql + 128 * s, *ql1 = b1[ib].ql + 128 * s;
-            const uint8_t *qh0 = b0[ib].qh + 64 * s, *qh1 = b1[ib].qh + 64 * s;
+            const uint8_t *ql0 = b0[ib].sb[s].ql, *ql1 = b1[ib].sb[s].ql;
+            const uint8_t *qh0 = b0[ib].sb[s].qh, *qh1 = b1[ib].sb[s].qh;
             prefetch_lines(ql0, 128, Q6_KX8_PREFETCH);
             prefetch_lines(qh0, 64, Q6_KX8_PREFETCH);
             if (NG == 2) {

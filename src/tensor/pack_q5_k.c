@@ -44,7 +44,7 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
     block_q5_kx8 *out = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
         block_q5_kx8 *o = &out[ib];
-        memset(o->qh, 0, sizeof o->qh);
+        memset(o->sb, 0, sizeof o->sb);
         for (int r = 0; r < 8; r++) {
             const block_q5_k *b =
                 (const block_q5_k *)((const char *)src + (size_t)r * src_row_bytes) + ib;
@@ -59,11 +59,11 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
                     for (int m = 0; m < 4; m++) {
                         int lo = q5_k_code(b, q5_kx8_elem(s, 2 * m, e)) & 15;
                         int hi = q5_k_code(b, q5_kx8_elem(s, 2 * m + 1, e)) & 15;
-                        o->qs[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
+                        o->sb[s].qs[32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
                     }
                     for (int j = 0; j < 8; j++) {
                         int q = q5_k_code(b, q5_kx8_elem(s, j, e));
-                        o->qh[32 * s + 4 * r + e] |= (uint8_t)((q >> 4) << j);
+                        o->sb[s].qh[4 * r + e] |= (uint8_t)((q >> 4) << j);
                     }
                 }
             }
@@ -75,9 +75,9 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
 /* Code q (0..31) of row r in code vector j of sub-block s, byte e. */
 static int q5_kx8_code(const block_q5_kx8 *b, int s, int j, int r, int e)
 {
-    const uint8_t lo = b->qs[128 * s + 32 * (j / 2) + 4 * r + e];
+    const uint8_t lo = b->sb[s].qs[32 * (j / 2) + 4 * r + e];
     const int lo4 = j % 2 ? lo >> 4 : lo & 15;
-    return lo4 | ((b->qh[32 * s + 4 * r + e] >> j) & 1) << 4;
+    return lo4 | ((b->sb[s].qh[4 * r + e] >> j) & 1) << 4;
 }
 
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst)
@@ -182,17 +182,17 @@ TENSOR_AVX2_INLINE void q5_kx8_tile(int64_t n, const void *w, const void *x, siz
             isum[t] = _mm256_setzero_si256();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *qs = b->qs + 128 * s;
+            const uint8_t *qs = b->sb[s].qs;
             _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)(b->qh + 32 * s) + Q5_KX8_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)b->sb[s].qh + Q5_KX8_PREFETCH, _MM_HINT_T0);
             int64_t sc8;
             memcpy(&sc8, b->sc + 8 * s, 8);
             const __m256i sc16 = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), sc_pairs);
             /* bit j of each byte of hb is the fifth bit of code vector j;
              * it moves to bit 4 (a 16-bit shift by at most 4 brings no bit
              * of the neighbouring byte to bit 4) */
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * s));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)b->sb[s].qh);
             __m256i c[8];
             for (int m = 0; m < 4; m++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
@@ -274,8 +274,8 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
             isum[t] = _mm512_setzero_si512();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
-            const uint8_t *h0 = b0[ib].qh + 32 * s, *h1 = b1[ib].qh + 32 * s;
+            const uint8_t *q0 = b0[ib].sb[s].qs, *q1 = b1[ib].sb[s].qs;
+            const uint8_t *h0 = b0[ib].sb[s].qh, *h1 = b1[ib].sb[s].qh;
             prefetch_lines(q0, 128, Q5_KX8_PREFETCH);
             prefetch_lines(h0, 32, Q5_KX8_PREFETCH);
             if (NG == 2) {
