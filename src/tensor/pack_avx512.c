@@ -361,8 +361,8 @@ X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *d
 
 X8_AVX512_SET(q4_0);
 X8_AVX512_SET(q8_0);
-X8_AVX512_SET(q4_k);
-X8_AVX512_SET(q6_k);
+X8_AVX512_SET_AVX2_DECODE(q4_k);
+X8_AVX512_SET_AVX2_DECODE(q6_k);
 
 _Static_assert(X8_AVX512_MAX_T <= TENSOR_X8_MAX_T, "the driver's token limit covers AVX-512's");
 

@@ -334,6 +334,6 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
-X8_AVX512_SET(q5_k)
+X8_AVX512_SET_AVX2_DECODE(q5_k)
 
 #endif /* __x86_64__ */
