@@ -9,7 +9,8 @@
  *    last-level cache (at least 1 GiB), as a model's decode step reads.
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so that other
  * processes on a busy machine inflate them less than wall-clock times; each
- * figure is the best of --reps passes. A kernel whose "cache" rate is far
+ * figure is the best of --reps passes. It also times the quantizer of the
+ * activation row at each level (decode runs it on one thread per matmul). A kernel whose "cache" rate is far
  * above the machine's read bandwidth is bound by memory in a model.
  *
  *   bench_x8 [--types q4_k,q5_k,q6_k] [--cols N] [--reps N] [--no-mem]
@@ -125,6 +126,18 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < n_cols; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
         for (int t = 0; t < nt; t++)
             tensor_x8_act_quant(type, STRATA_SIMD_SCALAR)(x, xq + (size_t)t * xrb, n_cols);
+        for (int l = STRATA_SIMD_SCALAR; l <= (int)strata_cpu_level_max(strata_cpu_get()); l++) {
+            tensor_quant_fn q = tensor_x8_act_quant(type, (enum strata_simd_level)l);
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = thread_seconds();
+                for (int i = 0; i < 2000; i++) q(x, xq, n_cols);
+                double tq = (thread_seconds() - t0) / 2000;
+                if (tq < best) best = tq;
+            }
+            printf("%-6s %-7s activation row: %.2f ns per element\n", tok,
+                   strata_simd_level_name((enum strata_simd_level)l), best * 1e9 / (double)n_cols);
+        }
         const int64_t n_groups = cache_rows / TENSOR_X8_ROWS;
         const size_t gb = pb / (size_t)n_groups;
         for (int l = STRATA_SIMD_AVX2; l <= (int)strata_cpu_level_max(strata_cpu_get()); l++) {
