@@ -208,7 +208,7 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_Q6_K:
     case STRATA_TYPE_IQ4_XS:
 #if defined(__x86_64__)
-        if (avx512) return tensor_x8_q8_k_quantize_act_avx512;
+        if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
 #endif
         return tensor_get_quant(STRATA_TYPE_Q8_K);
     case STRATA_TYPE_F16:

@@ -30,7 +30,6 @@
 
 #if defined(__x86_64__)
 
-#include <float.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -433,32 +432,6 @@ X8_AVX512_TARGET void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *d
 X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
 {
     quantize_act_sums(x, dst, n, -128);
-}
-
-/* The Q8_K activation row (the K-quant layouts') with the bytes of the
- * scalar quantizer (quantize.c's tensor_quant_row_q8_k), 256 floats per
- * block in 16 vectors: amax as above; d = amax / 127 and its inverse by
- * the same scalar code (d = 0 where 1 / d would overflow); codes as above;
- * bsum j, the sum of codes 16 j .. 16 j + 15, is the sum of vector j's. */
-X8_AVX512_TARGET void tensor_x8_q8_k_quantize_act_avx512(const float *x, void *dst, int64_t n)
-{
-    block_q8_k *b = dst;
-    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++, x += TENSOR_QK_K) {
-        __m512 m = _mm512_setzero_ps();
-        for (int j = 0; j < 16; j++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)), m);
-        float d = _mm512_reduce_max_ps(m) / 127.0f;
-        if (!(1.0f / d <= FLT_MAX)) d = 0;
-        b[ib].d = d;
-        const __m512 id = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
-        for (int j = 0; j < 16; j++) {
-            const __m512i q = _mm512_cvt_roundps_epi32(
-                _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), id), lo), hi),
-                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm_storeu_si128((__m128i *)(b[ib].qs + 16 * j), _mm512_cvtepi32_epi8(q));
-            b[ib].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
-        }
-    }
 }
 
 /* ------------------------------------------------------------ entry points */

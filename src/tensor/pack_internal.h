@@ -278,7 +278,7 @@ TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
 TENSOR_X8_AVX512_DECL(iq4_xs);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
-void tensor_x8_q8_k_quantize_act_avx512(const float *x, void *dst, int64_t n);
+void tensor_x8_q8_k_quantize_act_avx2(const float *x, void *dst, int64_t n);
 #endif
 
 /* The scalar references of the 32-element types (Q4_0, Q8_0, with Q8_0
