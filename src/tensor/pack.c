@@ -206,7 +206,11 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_Q4_K:
     case STRATA_TYPE_Q5_K:
     case STRATA_TYPE_Q6_K:
-    case STRATA_TYPE_IQ4_XS: return tensor_get_quant(STRATA_TYPE_Q8_K);
+    case STRATA_TYPE_IQ4_XS:
+#if defined(__x86_64__)
+        if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
+#endif
+        return tensor_get_quant(STRATA_TYPE_Q8_K);
     case STRATA_TYPE_F16:
     case STRATA_TYPE_BF16: return tensor_x8_f32_act;
     default: return NULL;

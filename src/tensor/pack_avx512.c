@@ -237,8 +237,8 @@ X8_AVX512_INLINE void q6_k_tile(int64_t n, const void *w, size_t gs, const void 
             isum[t] = _mm512_setzero_si512();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *ql0 = b0[ib].ql + 128 * s, *ql1 = b1[ib].ql + 128 * s;
-            const uint8_t *qh0 = b0[ib].qh + 64 * s, *qh1 = b1[ib].qh + 64 * s;
+            const uint8_t *ql0 = b0[ib].sb[s].ql, *ql1 = b1[ib].sb[s].ql;
+            const uint8_t *qh0 = b0[ib].sb[s].qh, *qh1 = b1[ib].sb[s].qh;
             prefetch_lines(ql0, 128, Q6_KX8_PREFETCH);
             prefetch_lines(qh0, 64, Q6_KX8_PREFETCH);
             if (NG == 2) {
@@ -309,6 +309,83 @@ X8_AVX512_INLINE void q6_k_tile(int64_t n, const void *w, size_t gs, const void 
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
+/* Q6_K, one group and one token (decode), on 256-bit vectors with the
+ * AVX-512VL forms of VPDPBUSD and VPTERNLOG: a 512-bit vector would hold
+ * one group in its low half only. The code vectors are rebuilt as in the
+ * AVX2 kernel, the or with the high bits folded into a ternary op; each
+ * scale group's dot product is summed by VPDPBUSD in int32 (at most
+ * 16 * 63 * 128 = 129024 per row, no int16 step) and multiplied by its
+ * scale in int32. isum and the offset are the AVX2 kernel's integers
+ * (exact, |isum| < 2^28: pack_q6_k.c), the float step the same: the same
+ * bits. */
+X8_AVX512_INLINE void q6_k_one256(int64_t n, const void *w, const void *x, float *y)
+{
+    const block_q6_kx8 *wb = w;
+    const block_q8_k *xb = x;
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q6_kx8 *b = &wb[ib];
+        __m256i isum0 = _mm256_setzero_si256(), isum1 = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *ql = b->sb[s].ql, *qh = b->sb[s].qh;
+            _mm_prefetch((const char *)ql + Q6_KX8_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)ql + Q6_KX8_PREFETCH + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)qh + Q6_KX8_PREFETCH, _MM_HINT_T0);
+            /* c[j]: code vector j, (low 4 bits & 0x0f) | high 2 bits at 4, 5
+             * (ternary op 0xea: (a & b) | c) */
+            __m256i c[8];
+            for (int h = 0; h < 2; h++) {
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+                const __m256i hbits[4] = {
+                    _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30),
+                    _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30),
+                    _mm256_and_si256(hb, m30),
+                    _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)};
+                for (int mm = 0; mm < 2; mm++) {
+                    const int m = 2 * h + mm;
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(ql + 32 * m));
+                    c[2 * m] = _mm256_ternarylogic_epi32(q, m4, hbits[2 * mm], 0xea);
+                    c[2 * m + 1] =
+                        _mm256_ternarylogic_epi32(_mm256_srli_epi16(q, 4), m4, hbits[2 * mm + 1], 0xea);
+                }
+            }
+            const int8_t *xq = xb[ib].qs + 32 * s;
+            /* groups 2s (c[0..3]) and 2s + 1 (c[4..7]), two chains each */
+            __m256i p[2];
+            for (int k = 0; k < 2; k++) {
+                __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c[4 * k],
+                                                tensor_bcast4(xq + 16 * k));
+                __m256i bb = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c[4 * k + 1],
+                                                 tensor_bcast4(xq + 16 * k + 4));
+                a = _mm256_dpbusd_epi32(a, c[4 * k + 2], tensor_bcast4(xq + 16 * k + 8));
+                bb = _mm256_dpbusd_epi32(bb, c[4 * k + 3], tensor_bcast4(xq + 16 * k + 12));
+                const __m256i sc = _mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(b->sc + 8 * (2 * s + k))));
+                p[k] = _mm256_mullo_epi32(_mm256_add_epi32(a, bb), sc);
+            }
+            isum0 = _mm256_add_epi32(isum0, p[0]);
+            isum1 = _mm256_add_epi32(isum1, p[1]);
+        }
+        /* the offset of 32: scales in pairs (int16 lanes 2r, 2r+1 = groups
+         * 2p, 2p+1 of row r) by the bsums in pairs, as the AVX2 kernel */
+        __m256i off = _mm256_setzero_si256();
+        for (int p = 0; p < 8; p++) {
+            const __m128i a = _mm_loadl_epi64((const __m128i *)(b->sc + 16 * p));
+            const __m128i bb = _mm_loadl_epi64((const __m128i *)(b->sc + 16 * p + 8));
+            const __m256i scp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, bb));
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(scp, tensor_bcast4(xb[ib].bsums + 2 * p)));
+        }
+        const __m256i is =
+            _mm256_sub_epi32(_mm256_add_epi32(isum0, isum1), _mm256_slli_epi32(off, 5));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb[ib].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
 /* ------------------------------------------------------------ activations */
 
 /* The Q4_0 / Q8_0 activation row (pack_internal.h) with the bytes of the
@@ -361,8 +438,8 @@ X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *d
 
 X8_AVX512_SET(q4_0);
 X8_AVX512_SET(q8_0);
-X8_AVX512_SET(q4_k);
-X8_AVX512_SET(q6_k);
+X8_AVX512_SET_AVX2_DECODE(q4_k);
+X8_AVX512_SET_(q6_k, q6_k_one256(n, w, x, y));
 
 _Static_assert(X8_AVX512_MAX_T <= TENSOR_X8_MAX_T, "the driver's token limit covers AVX-512's");
 

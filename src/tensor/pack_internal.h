@@ -92,31 +92,44 @@ typedef struct block_q4_kx8 {
  *   sc[8 g + r]: row r's int8 scale of elements 16 g .. 16 g + 15.
  *   Code vector j = 0..7 of sub-block s holds in byte 4r + e row r's code
  *   (0..63, value q - 32) of element 32 s + 8 (j / 2) + 4 (j % 2) + e:
- *   ql[128 s + 32 m + 4 r + e]: low nibble = the low 4 bits of vector
+ *   sb[s].ql[32 m + 4 r + e]: low nibble = the low 4 bits of vector
  *   j = 2m's code, high nibble = of vector 2m + 1's (as Q4_K's qs);
- *   qh[64 s + 32 h + 4 r + e]: bits 2k, 2k + 1 = the high 2 bits of vector
+ *   sb[s].qh[32 h + 4 r + e]: bits 2k, 2k + 1 = the high 2 bits of vector
  *   j = 4h + k's code.
+ * A sub-block's low and high bits are adjacent (192 bytes), so a kernel
+ * reads its block as one ascending stream: with the low bits of all
+ * sub-blocks first and the high bits after them (two streams 1 KB apart),
+ * matrix x vector from memory ran at less than half the rate (AMD Zen 4,
+ * bench_x8).
  * w = d * sc_g * (q - 32), as in Q6_K. */
 typedef struct block_q6_kx8 {
     uint16_t d[8];
     int8_t sc[128];
-    uint8_t ql[1024];
-    uint8_t qh[512];
+    struct {
+        uint8_t ql[128];
+        uint8_t qh[64];
+    } sb[8];
 } block_q6_kx8;
 
-/* Q5_K x8: Q4_K x8's fields (the low 4 bits of each code in qs[]), then
- *   qh[32 s + 4 r + e]: bit j = bit 4 of row r's code in code vector j
+/* Q5_K x8: Q4_K x8's scales and mins, then per sub-block s
+ *   sb[s].qs[32 m + 4 r + e]: the low 4 bits of the codes, as Q4_K x8's
+ *   qs[128 s + 32 m + 4 r + e];
+ *   sb[s].qh[4 r + e]: bit j = bit 4 of row r's code in code vector j
  *   (0..7) of sub-block s, i.e. of element 32 s + 8 (j / 2) + 4 (j % 2) + e
- *   (vector j = 2m's low 4 bits are qs[128 s + 32 m + 4 r + e]'s low
+ *   (vector j = 2m's low 4 bits are sb[s].qs[32 m + 4 r + e]'s low
  *   nibble, vector 2m + 1's its high nibble).
+ * A sub-block's low and high bits are adjacent, so a kernel reads its block
+ * as one ascending stream (Q6_K x8 says why).
  * w = d * sc_s * q - dmin * mn_s, q in 0..31, as in Q5_K. */
 typedef struct block_q5_kx8 {
     uint16_t d[8];
     uint16_t dmin[8];
     uint8_t sc[64];
     uint8_t mn[64];
-    uint8_t qs[1024];
-    uint8_t qh[256];
+    struct {
+        uint8_t qs[128];
+        uint8_t qh[32];
+    } sb[8];
 } block_q5_kx8;
 
 /* IQ4_NL x8: as Q4_0 x8, the nibbles being indices into
@@ -265,6 +278,7 @@ TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
 TENSOR_X8_AVX512_DECL(iq4_xs);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
+void tensor_x8_q8_k_quantize_act_avx2(const float *x, void *dst, int64_t n);
 #endif
 
 /* The scalar references of the 32-element types (Q4_0, Q8_0, with Q8_0

@@ -12,6 +12,7 @@
 #include "tensor/quant_internal.h"
 #include "tensor/vecdot_x86.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -209,6 +210,55 @@ TENSOR_AVX2_TARGET void tensor_x8_q4_k_avx2(int64_t n, const void *w, const void
     case 2: q4_kx8_tile(n, w, x, xs, y, ys, 2); break;
     case 3: q4_kx8_tile(n, w, x, xs, y, ys, 3); break;
     default: q4_kx8_tile(n, w, x, xs, y, ys, 4); break;
+    }
+}
+
+/* The Q8_K activation row of the K-quant layouts with the bytes of the
+ * scalar quantizer (quantize.c's tensor_quant_row_q8_k), 256 floats per
+ * block in 32 vectors of 8:
+ *   amax: max of |x| from 0, NaN lanes dropped (VMAXPS returns its second
+ *     operand when the first is NaN, as the scalar `a > amax` skips NaN);
+ *   d = amax / 127 and its inverse by the same scalar code;
+ *   codes: x * (1 / d) clamped to [-127, 127], NaN to -127 (the same
+ *     operand rule), then rounded to nearest even (the default rounding
+ *     mode, as the scalar rounding); bsum j = the sum of codes 16 j ..
+ *     16 j + 15. */
+TENSOR_AVX2_TARGET void tensor_x8_q8_k_quantize_act_avx2(const float *x, void *dst, int64_t n)
+{
+    block_q8_k *b = dst;
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    /* bytes 0..3 of each 128-bit lane after the two packs hold codes
+     * 0..3 / 8..11 ...: int32 lanes (0, 4, 1, 5, 2, 6, 3, 7) put them in
+     * order */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++, x += TENSOR_QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 32; j++)
+            m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * j), abs_mask), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float d = _mm_cvtss_f32(m4) / 127.0f;
+        if (!(1.0f / d <= FLT_MAX)) d = 0;
+        b[ib].d = d;
+        const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+        for (int k = 0; k < 8; k++) { /* 32 codes */
+            __m256i q[4];
+            for (int i = 0; i < 4; i++)
+                q[i] = _mm256_cvtps_epi32(_mm256_min_ps(
+                    _mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * i), id), lo), hi));
+            for (int h = 0; h < 2; h++) {
+                __m256i s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+                s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+                b[ib].bsums[2 * k + h] = (int16_t)_mm_cvtsi128_si32(s4);
+            }
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                                 _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(b[ib].qs + 32 * k), _mm256_permutevar8x32_epi32(p, order));
+        }
     }
 }
 

@@ -44,7 +44,7 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
     block_q5_kx8 *out = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
         block_q5_kx8 *o = &out[ib];
-        memset(o->qh, 0, sizeof o->qh);
+        memset(o->sb, 0, sizeof o->sb);
         for (int r = 0; r < 8; r++) {
             const block_q5_k *b =
                 (const block_q5_k *)((const char *)src + (size_t)r * src_row_bytes) + ib;
@@ -59,11 +59,11 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
                     for (int m = 0; m < 4; m++) {
                         int lo = q5_k_code(b, q5_kx8_elem(s, 2 * m, e)) & 15;
                         int hi = q5_k_code(b, q5_kx8_elem(s, 2 * m + 1, e)) & 15;
-                        o->qs[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
+                        o->sb[s].qs[32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
                     }
                     for (int j = 0; j < 8; j++) {
                         int q = q5_k_code(b, q5_kx8_elem(s, j, e));
-                        o->qh[32 * s + 4 * r + e] |= (uint8_t)((q >> 4) << j);
+                        o->sb[s].qh[4 * r + e] |= (uint8_t)((q >> 4) << j);
                     }
                 }
             }
@@ -75,9 +75,9 @@ bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void 
 /* Code q (0..31) of row r in code vector j of sub-block s, byte e. */
 static int q5_kx8_code(const block_q5_kx8 *b, int s, int j, int r, int e)
 {
-    const uint8_t lo = b->qs[128 * s + 32 * (j / 2) + 4 * r + e];
+    const uint8_t lo = b->sb[s].qs[32 * (j / 2) + 4 * r + e];
     const int lo4 = j % 2 ? lo >> 4 : lo & 15;
-    return lo4 | ((b->qh[32 * s + 4 * r + e] >> j) & 1) << 4;
+    return lo4 | ((b->sb[s].qh[4 * r + e] >> j) & 1) << 4;
 }
 
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst)
@@ -182,17 +182,17 @@ TENSOR_AVX2_INLINE void q5_kx8_tile(int64_t n, const void *w, const void *x, siz
             isum[t] = _mm256_setzero_si256();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *qs = b->qs + 128 * s;
+            const uint8_t *qs = b->sb[s].qs;
             _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)(b->qh + 32 * s) + Q5_KX8_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)b->sb[s].qh + Q5_KX8_PREFETCH, _MM_HINT_T0);
             int64_t sc8;
             memcpy(&sc8, b->sc + 8 * s, 8);
             const __m256i sc16 = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), sc_pairs);
             /* bit j of each byte of hb is the fifth bit of code vector j;
              * it moves to bit 4 (a 16-bit shift by at most 4 brings no bit
              * of the neighbouring byte to bit 4) */
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * s));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)b->sb[s].qh);
             __m256i c[8];
             for (int m = 0; m < 4; m++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
@@ -274,8 +274,8 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
             isum[t] = _mm512_setzero_si512();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
-            const uint8_t *h0 = b0[ib].qh + 32 * s, *h1 = b1[ib].qh + 32 * s;
+            const uint8_t *q0 = b0[ib].sb[s].qs, *q1 = b1[ib].sb[s].qs;
+            const uint8_t *h0 = b0[ib].sb[s].qh, *h1 = b1[ib].sb[s].qh;
             prefetch_lines(q0, 128, Q5_KX8_PREFETCH);
             prefetch_lines(h0, 32, Q5_KX8_PREFETCH);
             if (NG == 2) {
@@ -334,6 +334,69 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
-X8_AVX512_SET(q5_k)
+/* One group and one token (decode) on 256-bit vectors with the AVX-512VL
+ * forms of VPDPBUSD and VPTERNLOG (a 512-bit vector would hold one group
+ * in its low half only): the AVX2 kernel's code vectors, the or with the
+ * fifth bit folded into a ternary op, and q5_k_tile's int32 sums (the
+ * same exact integers as the AVX2 kernel's): the same bits. */
+X8_AVX512_INLINE void q5_k_one256(int64_t n, const void *w, const void *x, float *y)
+{
+    const block_q5_kx8 *wb = w;
+    const block_q8_k *xb = x;
+    const int64_t nb = n / TENSOR_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const block_q5_kx8 *b = &wb[ib];
+        __m256i isum = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *qs = b->sb[s].qs;
+            _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)qs + Q5_KX8_PREFETCH + 128, _MM_HINT_T0);
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)b->sb[s].qh);
+            const int8_t *xq = xb[ib].qs + 32 * s;
+            /* code vector j: (low 4 bits & 0x0f) | fifth bit (ternary op
+             * 0xea: (a & b) | c); two chains */
+            __m256i a = _mm256_setzero_si256(), bb = _mm256_setzero_si256();
+            for (int m = 0; m < 4; m++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
+                const int j0 = 2 * m, j1 = 2 * m + 1;
+                const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0)
+                                           : _mm256_srli_epi16(hb, j0 - 4);
+                const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1)
+                                           : _mm256_srli_epi16(hb, j1 - 4);
+                const __m256i c0 = _mm256_ternarylogic_epi32(q, m4, _mm256_and_si256(h0, m10), 0xea);
+                const __m256i c1 = _mm256_ternarylogic_epi32(_mm256_srli_epi16(q, 4), m4,
+                                                             _mm256_and_si256(h1, m10), 0xea);
+                a = _mm256_dpbusd_epi32(a, c0, tensor_bcast4(xq + 4 * j0));
+                bb = _mm256_dpbusd_epi32(bb, c1, tensor_bcast4(xq + 4 * j1));
+            }
+            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->sc + 8 * s)));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(a, bb), sc));
+        }
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[ib].bsums),
+                                          _mm_loadu_si128((const __m128i *)xb[ib].bsums + 1));
+        const __m256i bs2 = _mm256_broadcastsi128_si256(bs);
+        const __m256i pair[4] = {
+            _mm256_shuffle_epi32(bs2, 0x00), _mm256_shuffle_epi32(bs2, 0x55),
+            _mm256_shuffle_epi32(bs2, 0xaa), _mm256_shuffle_epi32(bs2, 0xff)};
+        __m256i imin = _mm256_madd_epi16(
+            _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->mn)), pair[0]);
+        for (int p = 1; p < 4; p++)
+            imin = _mm256_add_epi32(
+                imin, _mm256_madd_epi16(
+                          _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b->mn + 16 * p))),
+                          pair[p]));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->dmin));
+        const __m256 dx = _mm256_set1_ps(xb[ib].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmw, dx), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+X8_AVX512_SET_(q5_k, q5_k_one256(n, w, x, y))
 
 #endif /* __x86_64__ */

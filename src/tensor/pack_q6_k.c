@@ -40,7 +40,7 @@ bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void 
     block_q6_kx8 *out = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
         block_q6_kx8 *o = &out[ib];
-        memset(o->qh, 0, sizeof o->qh);
+        memset(o->sb, 0, sizeof o->sb);
         for (int r = 0; r < 8; r++) {
             const block_q6_k *b =
                 (const block_q6_k *)((const char *)src + (size_t)r * src_row_bytes) + ib;
@@ -51,11 +51,11 @@ bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void 
                     for (int m = 0; m < 4; m++) {
                         int lo = q6_k_code(b, q6_kx8_elem(s, 2 * m, e)) & 15;
                         int hi = q6_k_code(b, q6_kx8_elem(s, 2 * m + 1, e)) & 15;
-                        o->ql[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
+                        o->sb[s].ql[32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
                     }
                     for (int j = 0; j < 8; j++) {
                         int q = q6_k_code(b, q6_kx8_elem(s, j, e));
-                        o->qh[64 * s + 32 * (j / 4) + 4 * r + e] |= (uint8_t)((q >> 4) << (2 * (j % 4)));
+                        o->sb[s].qh[32 * (j / 4) + 4 * r + e] |= (uint8_t)((q >> 4) << (2 * (j % 4)));
                     }
                 }
         }
@@ -66,9 +66,9 @@ bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void 
 /* Code q (0..63) of row r's element 32 s + 8 m + 4 hi + e. */
 static int q6_kx8_code(const block_q6_kx8 *b, int s, int j, int r, int e)
 {
-    uint8_t lo = b->ql[128 * s + 32 * (j / 2) + 4 * r + e];
+    uint8_t lo = b->sb[s].ql[32 * (j / 2) + 4 * r + e];
     int lo4 = j % 2 ? lo >> 4 : lo & 15;
-    int hi2 = (b->qh[64 * s + 32 * (j / 4) + 4 * r + e] >> (2 * (j % 4))) & 3;
+    int hi2 = (b->sb[s].qh[32 * (j / 4) + 4 * r + e] >> (2 * (j % 4))) & 3;
     return lo4 | hi2 << 4;
 }
 
@@ -144,7 +144,7 @@ TENSOR_AVX2_INLINE void q6_kx8_tile(int64_t n, const void *w, const void *x, siz
             isum[t] = _mm256_setzero_si256();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *ql = b->ql + 128 * s, *qh = b->qh + 64 * s;
+            const uint8_t *ql = b->sb[s].ql, *qh = b->sb[s].qh;
             _mm_prefetch((const char *)ql + Q6_KX8_PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)ql + Q6_KX8_PREFETCH + 64, _MM_HINT_T0);
             _mm_prefetch((const char *)qh + Q6_KX8_PREFETCH, _MM_HINT_T0);

@@ -87,8 +87,8 @@ static void row_q6_k(const block_q6_kx8 *g, int64_t nb, int r, block_q6_k *out)
         for (int s = 0; s < 8; s++)
             for (int j = 0; j < 8; j++)
                 for (int e = 0; e < 4; e++) {
-                    int lo = (b->ql[128 * s + 32 * (j / 2) + 4 * r + e] >> (4 * (j % 2))) & 15;
-                    int hi = (b->qh[64 * s + 32 * (j / 4) + 4 * r + e] >> (2 * (j % 4))) & 3;
+                    int lo = (b->sb[s].ql[32 * (j / 2) + 4 * r + e] >> (4 * (j % 2))) & 15;
+                    int hi = (b->sb[s].qh[32 * (j / 4) + 4 * r + e] >> (2 * (j % 4))) & 3;
                     q[32 * s + 8 * (j / 2) + 4 * (j % 2) + e] = (uint8_t)(lo | hi << 4);
                 }
         /* GGUF (blocks.h): element i, h = i / 128, c = (i % 128) / 32,

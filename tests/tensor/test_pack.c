@@ -443,7 +443,7 @@ static void test_act_quant_levels(void **state)
     (void)state;
     strata_rng rng;
     strata_rng_seed(&rng, 77);
-    const int64_t n = 32 * 24;
+    const int64_t n = 32 * 32;
     float *x = malloc(sizeof(float) * (size_t)n);
     assert_non_null(x);
     for (int64_t i = 0; i < n; i++) x[i] = (float)strata_rng_normal(&rng) * 3.0f;
@@ -460,8 +460,13 @@ static void test_act_quant_levels(void **state)
     blk = x + 32 * 9; for (int i = 0; i < 32; i++) blk[i] = i == 0 ? -127.0f : -(float)i - 0.5f;
     blk = x + 32 * 10; for (int i = 0; i < 32; i++) blk[i] = 65504.0f * 127.0f * (i == 3 ? 1 : 0.5f);
     blk = x + 32 * 11; for (int i = 0; i < 32; i++) blk[i] = NAN;
-    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
-                              STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS};
+    /* a whole 256-element block so small that 1 / (amax / 127) overflows
+     * (Q8_K stores it as zeros), and one just above that */
+    blk = x + 32 * 16; for (int i = 0; i < 256; i++) blk[i] = (float)(i % 7 - 3) * 1e-38f;
+    blk = x + 32 * 24; for (int i = 0; i < 32; i++) blk[i] = (float)(i % 5 - 2) * 2e-37f;
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0,   STRATA_TYPE_Q4_K,
+                              STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K,   STRATA_TYPE_IQ4_NL,
+                              STRATA_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
