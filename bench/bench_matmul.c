@@ -199,9 +199,9 @@ static void bf16_dot_all(const char *w, size_t group_bytes, int64_t n_rows, int6
                          const char *xq, size_t xb, int64_t n_tok, float *y)
 {
     for (int64_t g = 0; g < n_rows / TENSOR_X8_ROWS; g++)
-        for (int64_t t = 0; t < n_tok; t += TENSOR_X8_HALF_AVX512_MAX_T) {
-            int nt = n_tok - t < TENSOR_X8_HALF_AVX512_MAX_T ? (int)(n_tok - t)
-                                                              : TENSOR_X8_HALF_AVX512_MAX_T;
+        for (int64_t t = 0; t < n_tok; t += TENSOR_X8_BF16_DOT_MAX_T) {
+            int nt = n_tok - t < TENSOR_X8_BF16_DOT_MAX_T ? (int)(n_tok - t)
+                                                              : TENSOR_X8_BF16_DOT_MAX_T;
             tensor_x8_bf16_dot_avx512bf16(n_cols, w + (size_t)g * group_bytes,
                                           xq + (size_t)t * xb, xb, y + t * n_rows + 8 * g,
                                           (size_t)n_rows, nt);

@@ -66,8 +66,9 @@ static const x8_type *x8_lookup(uint32_t type)
          AVX2(tensor_x8_iq4_xs_avx2), AVX512(iq4_xs)}};
 #if defined(__x86_64__)
 #define HALF_LEVELS(t)                                                                  \
-    {.one = tensor_x8_##t##_avx2, .max_t = 2},                                          \
-    {.one = tensor_x8_##t##_avx512, .max_t = TENSOR_X8_HALF_AVX512_MAX_T}
+    {.one = tensor_x8_##t##_avx2, .max_t = TENSOR_X8_MAX_T},                           \
+    {.one = tensor_x8_##t##_avx512, .pair = tensor_x8_##t##_avx512_pair,               \
+     .max_t = TENSOR_X8_HALF_AVX512_MAX_T}
 #else
 #define HALF_LEVELS(t) {0}, {0}
 #endif
