@@ -137,21 +137,25 @@ TENSOR_AVX2_INLINE __m256 half_finish8(const __m256 a[8])
 #define HALF_SPAN_BLOCKS 64
 #define HALF_TRIO 3
 
-/* AVX2, one group, blocks [b0, b1), sums j0 .. j0 + 3 of tokens t0 ..
- * t0 + NT - 1 (NT <= 3): 12 accumulators of the 16 ymm registers; lane r
- * of state[t][j] = row r's sum j (j = 2k + p). The two halves of the sums
- * of a block are independent chains, so they can take turns. */
+/* AVX2, one group, blocks [b0, b1), sums j0 .. j0 + J - 1 of tokens t0 ..
+ * t0 + NT - 1: J = 4 with NT <= 3 (12 accumulators of the 16 ymm
+ * registers), J = 8 with NT = 1 (matrix x vector: all 8 sums in one pass,
+ * so each weight line is read once); lane r of state[t][j] = row r's sum
+ * j (j = 2k + p). The sums of a block are independent chains, so they can
+ * take turns. */
 TENSOR_AVX2_INLINE void half_avx2_span(const block_halfx8 *wb, int64_t b0, int64_t b1,
                                        const void *x, size_t xs, int t0, int j0,
-                                       __m256 (*state)[8], const int NT, const bool bf16)
+                                       __m256 (*state)[8], const int NT, const int J,
+                                       const bool bf16)
 {
-    __m256 acc[HALF_TRIO][4];
+    __m256 acc[HALF_TRIO][8];
     for (int t = 0; t < NT; t++)
-        for (int j = 0; j < 4; j++) acc[t][j] = state[t0 + t][j0 + j];
+        for (int j = 0; j < J; j++) acc[t][j] = state[t0 + t][j0 + j];
     for (int64_t ib = b0; ib < b1; ib++) {
         const uint16_t *blk = wb[ib].w + 8 * j0;
-        _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD, _MM_HINT_T0);
-        for (int j = 0; j < 4; j++) {
+        for (int l = 0; l < J / 4; l++)
+            _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + 64 * l, _MM_HINT_T0);
+        for (int j = 0; j < J; j++) {
             const __m256 wv = half8_avx2(blk + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
                 const float *xt = (const float *)((const char *)x + (size_t)(t0 + t) * xs);
@@ -161,7 +165,7 @@ TENSOR_AVX2_INLINE void half_avx2_span(const block_halfx8 *wb, int64_t b0, int64
         }
     }
     for (int t = 0; t < NT; t++)
-        for (int j = 0; j < 4; j++) state[t0 + t][j0 + j] = acc[t][j];
+        for (int j = 0; j < J; j++) state[t0 + t][j0 + j] = acc[t][j];
 }
 
 TENSOR_AVX2_INLINE void half_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -174,14 +178,16 @@ TENSOR_AVX2_INLINE void half_avx2(int64_t n, const void *w, const void *x, size_
         for (int j = 0; j < 8; j++) state[t][j] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
         const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
-        for (int j0 = 0; j0 < 8; j0 += 4)
-            for (int t0 = 0; t0 < nt; t0 += HALF_TRIO) {
-                switch (nt - t0) {
-                case 1: half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 1, bf16); break;
-                case 2: half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, bf16); break;
-                default: half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, bf16); break;
-                }
+        for (int t0 = 0; t0 < nt; t0 += HALF_TRIO) {
+            if (nt - t0 == 1) {
+                half_avx2_span(wb, b0, b1, x, xs, t0, 0, state, 1, 8, bf16);
+                continue;
             }
+            for (int j0 = 0; j0 < 8; j0 += 4) {
+                if (nt - t0 == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, bf16);
+                else half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, 4, bf16);
+            }
+        }
     }
     for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ys, half_finish8(state[t]));
 }
