@@ -137,6 +137,15 @@ TENSOR_AVX2_INLINE __m256 half_finish8(const __m256 a[8])
 #define HALF_SPAN_BLOCKS 64
 #define HALF_TRIO 3
 
+/* Tokens in the part of a span's tokens that starts at t0: three, but two
+ * and two rather than three and a lone one (a lone token makes each
+ * converted weight vector feed one fma). */
+static inline int half_trio(int nt, int t0)
+{
+    const int left = nt - t0;
+    return left == 4 ? 2 : left < HALF_TRIO ? left : HALF_TRIO;
+}
+
 /* AVX2, one group, blocks [b0, b1), sums j0 .. j0 + J - 1 of tokens t0 ..
  * t0 + NT - 1: J = 4 with NT <= 3 (12 accumulators of the 16 ymm
  * registers), J = 8 with NT = 1 (matrix x vector: all 8 sums in one pass,
@@ -178,13 +187,14 @@ TENSOR_AVX2_INLINE void half_avx2(int64_t n, const void *w, const void *x, size_
         for (int j = 0; j < 8; j++) state[t][j] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
         const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
-        for (int t0 = 0; t0 < nt; t0 += HALF_TRIO) {
-            if (nt - t0 == 1) {
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            if (m == 1) {
                 half_avx2_span(wb, b0, b1, x, xs, t0, 0, state, 1, 8, bf16);
                 continue;
             }
             for (int j0 = 0; j0 < 8; j0 += 4) {
-                if (nt - t0 == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, bf16);
+                if (m == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, bf16);
                 else half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, 4, bf16);
             }
         }
@@ -246,8 +256,9 @@ X8_AVX512_INLINE void half_avx512_one(int64_t n, const void *w, const void *x, s
         for (int j = 0; j < 8; j++) state[t][j] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
         const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
-        for (int t0 = 0; t0 < nt; t0 += HALF_TRIO) {
-            switch (nt - t0) {
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            switch (m) {
             case 1: half_one_span(wb, b0, b1, x, xs, t0, state, 1, bf16); break;
             case 2: half_one_span(wb, b0, b1, x, xs, t0, state, 2, bf16); break;
             default: half_one_span(wb, b0, b1, x, xs, t0, state, 3, bf16); break;
@@ -306,8 +317,9 @@ X8_AVX512_INLINE void half_avx512_pair(int64_t n, const void *w, size_t gs, cons
         for (int j = 0; j < 8; j++) state[t][j] = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
         const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
-        for (int t0 = 0; t0 < nt; t0 += HALF_TRIO) {
-            switch (nt - t0) {
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            switch (m) {
             case 1: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 1, bf16); break;
             case 2: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 2, bf16); break;
             default: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 3, bf16); break;

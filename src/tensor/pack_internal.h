@@ -239,7 +239,7 @@ void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, f
 /* F16 / BF16 (pack_bf16.c): one group and up to TENSOR_X8_MAX_T tokens at
  * AVX2; one group and pairs, up to TENSOR_X8_HALF_AVX512_MAX_T tokens, at
  * AVX-512. */
-#define TENSOR_X8_HALF_AVX512_MAX_T 8
+#define TENSOR_X8_HALF_AVX512_MAX_T 6
 void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                         size_t ys, int nt);
 void tensor_x8_bf16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -288,7 +288,7 @@ const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_le
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
- * F32 for F16 and BF16),
+ * F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
  * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
