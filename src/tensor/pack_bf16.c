@@ -155,15 +155,16 @@ static inline int half_trio(int nt, int t0)
 TENSOR_AVX2_INLINE void half_avx2_span(const block_halfx8 *wb, int64_t b0, int64_t b1,
                                        const void *x, size_t xs, int t0, int j0,
                                        __m256 (*state)[8], const int NT, const int J,
-                                       const bool bf16)
+                                       const bool pf, const bool bf16)
 {
     __m256 acc[HALF_TRIO][8];
     for (int t = 0; t < NT; t++)
         for (int j = 0; j < J; j++) acc[t][j] = state[t0 + t][j0 + j];
     for (int64_t ib = b0; ib < b1; ib++) {
         const uint16_t *blk = wb[ib].w + 8 * j0;
-        for (int l = 0; l < J / 4; l++)
-            _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + 64 * l, _MM_HINT_T0);
+        if (pf)
+            for (int l = 0; l < J / 4; l++)
+                _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + 64 * l, _MM_HINT_T0);
         for (int j = 0; j < J; j++) {
             const __m256 wv = half8_avx2(blk + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
@@ -190,12 +191,12 @@ TENSOR_AVX2_INLINE void half_avx2(int64_t n, const void *w, const void *x, size_
         for (int t0 = 0, m; t0 < nt; t0 += m) {
             m = half_trio(nt, t0);
             if (m == 1) {
-                half_avx2_span(wb, b0, b1, x, xs, t0, 0, state, 1, 8, bf16);
+                half_avx2_span(wb, b0, b1, x, xs, t0, 0, state, 1, 8, t0 == 0, bf16);
                 continue;
             }
             for (int j0 = 0; j0 < 8; j0 += 4) {
-                if (m == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, bf16);
-                else half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, 4, bf16);
+                if (m == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, t0 == 0, bf16);
+                else half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, 4, t0 == 0, bf16);
             }
         }
     }
@@ -230,7 +231,7 @@ X8_AVX512_INLINE void half_one_span(const block_halfx8 *wb, int64_t b0, int64_t 
         for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
     for (int64_t ib = b0; ib < b1; ib++) {
         const uint16_t *blk = wb[ib].w;
-        prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        if (t0 == 0) prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
         for (int j = 0; j < 8; j++) {
             const __m256 wv = half8_avx2(blk + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
@@ -290,8 +291,10 @@ X8_AVX512_INLINE void half_pair_span(const block_halfx8 *wa, const block_halfx8 
     for (int t = 0; t < NT; t++)
         for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
     for (int64_t ib = b0; ib < b1; ib++) {
-        prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
-        prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        if (t0 == 0) { /* later trios find the span in L1 */
+            prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+            prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        }
         for (int j = 0; j < 8; j++) {
             const __m512 wv = half16_pair(wa[ib].w + 8 * j, wb[ib].w + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
