@@ -12,8 +12,14 @@
  * generated tokens over that time; "decode-phase" leaves out the prefill
  * (the round's time minus the longest prompt_ms, and each request's first
  * token, which the prefill step produced); "per request" is the mean of
- * each request's own predicted_n / predicted_ms from its `done` stats. One
- * warm-up request runs first (page-in of the weights).
+ * each request's own predicted_n / predicted_ms from its `done` stats;
+ * "engine CPU s" is the CPU time (user + system, all threads) the engine
+ * process used in the round, from /proc, and "tok/CPU-s" the generated
+ * tokens over it: on a machine shared with other work, where wall time
+ * says little, that ratio between rows still shows what batching buys
+ * (idle pool threads that wait without spinning cost nothing). The "x"
+ * after a row is its aggregate tok/s over the first row's, then the same
+ * for tok/CPU-s. One warm-up request runs first (page-in of the weights).
  *
  * Without -m it uses build/models/llama-1b-Q4_0.gguf, making it first with
  * `strata mkmodel --preset llama-1b --type Q4_0` when absent (a few
@@ -111,6 +117,28 @@ static int child_finish(child *c)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* CPU seconds (user + system, all threads) process pid has used; -1 when
+ * /proc cannot tell. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields after the parenthesised name: state is field 3, utime 14,
+     * stime 15 */
+    const char *p = strrchr(buf, ')');
+    if (p == NULL) return -1;
+    unsigned long long ut = 0, st = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (double)(ut + st) / (double)hz : -1;
+}
+
 typedef struct round_result {
     int n_req;
     int64_t n_tokens;
@@ -118,6 +146,7 @@ typedef struct round_result {
     double mean_req_tps;
     double mean_prompt_ms;
     double max_prompt_ms;
+    double cpu_s; /* the engine's CPU time in the round; < 0: unknown */
 } round_result;
 
 /* Sends n_req gens at once (ids from *next_id) and waits for their done. */
@@ -149,6 +178,7 @@ static int run_round(child *c, int n_req, int n_prompt, int n_gen, int64_t n_voc
         }
     }
     free(prompt);
+    const double cpu0 = proc_cpu_s(c->pid);
     double t0 = strata_clock_ms();
     if (child_write(c, buf.data, buf.len) != 0) {
         proto_buf_free(&buf);
@@ -179,6 +209,8 @@ static int run_round(child *c, int n_req, int n_prompt, int n_gen, int64_t n_voc
         proto_msg_free(&m);
     }
     res->wall_ms = strata_clock_ms() - t0;
+    const double cpu1 = proc_cpu_s(c->pid);
+    res->cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
     return 0;
 }
 
@@ -277,10 +309,10 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("| concurrent | generated tokens | wall s | aggregate tok/s | decode-phase tok/s "
-           "| per request tok/s | mean prompt ms |\n");
+           "| per request tok/s | mean prompt ms | engine CPU s | tok/CPU-s |\n");
     printf("|-----------:|-----------------:|-------:|----------------:|-------------------:"
-           "|------------------:|---------------:|\n");
-    double base = 0;
+           "|------------------:|---------------:|-------------:|----------:|\n");
+    double base = 0, base_cpu = 0;
     for (int i = 0; i < n_conc; i++) {
         round_result r;
         if (run_round(&c, conc[i], n_prompt, n_gen, n_vocab, &next_id, &r) != 0) {
@@ -293,10 +325,13 @@ int main(int argc, char **argv)
          * The decode phase is the rest of the round. */
         double decode_ms = r.wall_ms - r.max_prompt_ms;
         double dec = decode_ms > 0 ? (double)(r.n_tokens - r.n_req) * 1000.0 / decode_ms : 0.0;
-        if (i == 0) base = agg;
-        printf("| %10d | %16" PRId64 " | %6.2f | %15.2f | %18.2f | %17.2f | %14.1f |", conc[i],
-               r.n_tokens, r.wall_ms / 1000.0, agg, dec, r.mean_req_tps, r.mean_prompt_ms);
+        double per_cpu = r.cpu_s > 0 ? (double)r.n_tokens / r.cpu_s : 0.0;
+        if (i == 0) base = agg, base_cpu = per_cpu;
+        printf("| %10d | %16" PRId64 " | %6.2f | %15.2f | %18.2f | %17.2f | %14.1f | %12.2f | %9.2f |",
+               conc[i], r.n_tokens, r.wall_ms / 1000.0, agg, dec, r.mean_req_tps,
+               r.mean_prompt_ms, r.cpu_s, per_cpu);
         if (i > 0 && base > 0) printf(" x%.2f", agg / base);
+        if (i > 0 && base_cpu > 0) printf(" x%.2f", per_cpu / base_cpu);
         printf("\n");
         fflush(stdout);
     }

@@ -5,7 +5,18 @@
  *    weights read, with 1 and 2 threads (or --threads), next to the read
  *    bandwidth of this machine measured in the same run (a read loop over a
  *    buffer much larger than the caches, same thread counts);
- *  - prefill: GFLOP/s (2 * rows * cols * tokens per call) for 512 tokens.
+ *  - prefill: GFLOP/s (2 * rows * cols * tokens per call) for 512 tokens,
+ *    and that as a share of this machine's arithmetic peak measured in the
+ *    same run: for float weights (F32, F16, BF16) the f32 fma peak, for the
+ *    quantized types (whose kernels multiply int8 codes) the int8 dot
+ *    product peak, where the level has one (VPDPBUSD at AVX-512 VNNI). A
+ *    "FLOP" of a quantized type is then one int8 multiply or add ("OPS").
+ *    The peak is a loop of 12 independent fmas (or VPDPBUSDs) per thread
+ *    on registers, no loads, the widest vectors of the level: what the
+ *    core's vector units issue at the clock they ran at. On AMD Zen 4 that
+ *    is one 512-bit fma per cycle (two 256-bit pipes, 32 FLOP/cycle) and
+ *    one 512-bit VPDPBUSD per cycle (64 multiply-adds, 128 OPS/cycle); the
+ *    clock shown comes from a chain of dependent adds (one cycle each).
  * Types with a row-interleaved layout (tensor/pack.h) get a second line,
  * "Q4_0x8" etc., for the matrix repacked as the model loader does.
  * With bf16 asked for on a CPU with AVX512_BF16, a "BF16dot" line times the
@@ -33,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -168,6 +180,143 @@ static double measure_bandwidth(strata_pool *pool, const uint8_t *buf, size_t n_
     return best;
 }
 
+/* --- arithmetic peak --- */
+
+enum { PEAK_F32 = 0, PEAK_INT8 = 1, PEAK_CLOCK = 2 };
+
+typedef struct peak_ctx {
+    int kind;
+    uint64_t iters;
+    double sink[64];
+    double cpu_s[64]; /* each thread's CPU time in the loop */
+} peak_ctx;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#if defined(__x86_64__)
+/* 12 independent chains: enough to cover the fma latency (4 cycles) on
+ * two pipes. Each starts from its own value (init(k)), so that the
+ * compiler cannot merge them, and the results are summed so that none can
+ * be dropped. */
+#define PEAK_CHAINS(T, init, op)                                                              \
+    T a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5),     \
+      a6 = init(6), a7 = init(7), a8 = init(8), a9 = init(9), a10 = init(10), a11 = init(11); \
+    for (uint64_t i = 0; i < iters; i++) {                                                    \
+        a0 = op(a0); a1 = op(a1); a2 = op(a2); a3 = op(a3); a4 = op(a4); a5 = op(a5);         \
+        a6 = op(a6); a7 = op(a7); a8 = op(a8); a9 = op(a9); a10 = op(a10); a11 = op(a11);     \
+    }
+
+__attribute__((target("avx2,fma"))) static double peak_fma256(uint64_t iters)
+{
+    const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+#define FMA256(a) _mm256_fmadd_ps(a, m, c)
+#define INIT256(k) _mm256_set1_ps(0.01f * (float)(k))
+    PEAK_CHAINS(__m256, INIT256, FMA256)
+#undef INIT256
+#undef FMA256
+    float o[8];
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                      _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7))));
+    float p[8];
+    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    return (double)o[0] + (double)p[0];
+}
+
+__attribute__((target("avx512f"))) static double peak_fma512(uint64_t iters)
+{
+    const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+#define FMA512(a) _mm512_fmadd_ps(a, m, c)
+#define INIT512(k) _mm512_set1_ps(0.01f * (float)(k))
+    PEAK_CHAINS(__m512, INIT512, FMA512)
+#undef INIT512
+#undef FMA512
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    return (double)_mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static double peak_vnni512(uint64_t iters)
+{
+    const __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(5);
+#define DP512(a) _mm512_dpbusd_epi32(a, u, v)
+#define INITI(k) _mm512_set1_epi32(k)
+    PEAK_CHAINS(__m512i, INITI, DP512)
+#undef INITI
+#undef DP512
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+    return (double)_mm512_reduce_add_epi32(s);
+}
+
+/* 4 dependent adds per iteration: one cycle each. */
+static double clock_chain(uint64_t iters)
+{
+    uint64_t a = 0;
+    for (uint64_t i = 0; i < iters; i++)
+        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(a));
+    return (double)a;
+}
+#endif
+
+static void peak_worker(void *arg, int i_thread, int n_threads)
+{
+    (void)n_threads;
+    peak_ctx *c = arg;
+    double r = 0;
+    const double t0 = thread_cpu_s();
+#if defined(__x86_64__)
+    const bool avx512 = strata_cpu_level() >= STRATA_SIMD_AVX512;
+    if (c->kind == PEAK_CLOCK) r = clock_chain(c->iters);
+    else if (c->kind == PEAK_INT8) r = peak_vnni512(c->iters);
+    else r = avx512 ? peak_fma512(c->iters) : peak_fma256(c->iters);
+#else
+    (void)c;
+#endif
+    c->sink[i_thread % 64] += r;
+    c->cpu_s[i_thread % 64] = thread_cpu_s() - t0;
+}
+
+/* Operations per second of `kind` (PEAK_CLOCK: cycles per second of one
+ * thread), summed over the threads of the pool: each thread's operations
+ * over its own CPU time, so that time the thread spent descheduled on a
+ * loaded machine does not count; the best of 3 runs of about 0.1 s. */
+static double measure_peak(strata_pool *pool, int kind)
+{
+#if defined(__x86_64__)
+    const bool avx512 = strata_cpu_level() >= STRATA_SIMD_AVX512;
+    /* operations per chain step: 16 or 8 lanes x 2 (fma), 64 x 2 (int8) */
+    const double per_step = kind == PEAK_CLOCK ? 4.0
+                            : kind == PEAK_INT8 ? 128.0
+                            : (avx512 ? 32.0 : 16.0);
+    const double chains = kind == PEAK_CLOCK ? 1.0 : 12.0;
+    const uint64_t iters = kind == PEAK_CLOCK ? 50000000 : 10000000;
+    const int n_threads = kind == PEAK_CLOCK ? 1 : strata_pool_n_threads(pool);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        peak_ctx c = {.kind = kind, .iters = iters};
+        if (kind == PEAK_CLOCK) peak_worker(&c, 0, 1);
+        else strata_pool_run(pool, peak_worker, &c);
+        if (c.sink[0] == 42) fputc(' ', stderr);
+        double ops = 0;
+        for (int t = 0; t < n_threads && t < 64; t++)
+            if (c.cpu_s[t] > 0) ops += per_step * chains * (double)iters / c.cpu_s[t];
+        if (ops > best) best = ops;
+    }
+    return best;
+#else
+    (void)pool;
+    (void)kind;
+    return 0;
+#endif
+}
+
 /* --- weights --- */
 
 /* A (n_rows, n_cols) matrix of `type`: 64 distinct quantized rows of
@@ -199,9 +348,9 @@ static void bf16_dot_all(const char *w, size_t group_bytes, int64_t n_rows, int6
                          const char *xq, size_t xb, int64_t n_tok, float *y)
 {
     for (int64_t g = 0; g < n_rows / TENSOR_X8_ROWS; g++)
-        for (int64_t t = 0; t < n_tok; t += TENSOR_X8_HALF_AVX512_MAX_T) {
-            int nt = n_tok - t < TENSOR_X8_HALF_AVX512_MAX_T ? (int)(n_tok - t)
-                                                              : TENSOR_X8_HALF_AVX512_MAX_T;
+        for (int64_t t = 0; t < n_tok; t += TENSOR_X8_BF16_DOT_MAX_T) {
+            int nt = n_tok - t < TENSOR_X8_BF16_DOT_MAX_T ? (int)(n_tok - t)
+                                                              : TENSOR_X8_BF16_DOT_MAX_T;
             tensor_x8_bf16_dot_avx512bf16(n_cols, w + (size_t)g * group_bytes,
                                           xq + (size_t)t * xb, xb, y + t * n_rows + 8 * g,
                                           (size_t)n_rows, nt);
@@ -348,10 +497,30 @@ int main(int argc, char **argv)
     }
     free(bw_buf);
 
+    /* arithmetic peak of the prefill thread count (the last one) */
+    strata_pool *ppool = pools[n_threads_list - 1];
+    const int pthreads = threads[n_threads_list - 1];
+    const double ghz = measure_peak(ppool, PEAK_CLOCK) * 1e-9;
+    const double peak_f32 = measure_peak(ppool, PEAK_F32);
+#if defined(__x86_64__)
+    const bool have_vnni = strata_cpu_level() >= STRATA_SIMD_AVX512 && strata_cpu_get()->avx512vnni;
+#else
+    const bool have_vnni = false;
+#endif
+    const double peak_int8 = have_vnni ? measure_peak(ppool, PEAK_INT8) : 0;
+    if (peak_f32 > 0)
+        printf("# arithmetic peak, %d thread(s), clock %.2f GHz: f32 fma %.1f GFLOP/s (%.1f "
+               "FLOP/cycle/core)", pthreads, ghz, peak_f32 * 1e-9,
+               peak_f32 / pthreads / (ghz * 1e9));
+    if (peak_int8 > 0)
+        printf(", int8 VPDPBUSD %.1f GOPS (%.1f OPS/cycle/core)", peak_int8 * 1e-9,
+               peak_int8 / pthreads / (ghz * 1e9));
+    if (peak_f32 > 0) printf("\n");
+
     printf("\n%-7s %-9s", "type", "MB");
     for (int p = 0; p < n_threads_list; p++)
         printf(" | %2dT us/call  GB/s  %%bw", threads[p]);
-    if (prefill) printf(" | prefill GFLOP/s (%dT)", threads[n_threads_list - 1]);
+    if (prefill) printf(" | prefill GFLOP/s (%dT) %%peak", threads[n_threads_list - 1]);
     printf("\n");
 
     float *x = malloc((size_t)(n_tok * n_cols) * sizeof(float));
@@ -421,7 +590,13 @@ int main(int argc, char **argv)
                 t[r] = (double)(strata_clock_ns() - t0) * 1e-9;
             }
             double s = median(t, preps);
-            printf(" | %8.1f", 2.0 * (double)n_rows * (double)n_cols * (double)n_tok / s * 1e-9);
+            const double ops = 2.0 * (double)n_rows * (double)n_cols * (double)n_tok / s;
+            const uint32_t plain = type & ~TENSOR_PACKED;
+            const bool is_float = plain == STRATA_TYPE_F32 || plain == STRATA_TYPE_F16 ||
+                                  plain == STRATA_TYPE_BF16;
+            const double peak = is_float ? peak_f32 : peak_int8;
+            printf(" | %8.1f", ops * 1e-9);
+            if (peak > 0) printf(" %4.0f%%", 100.0 * ops / peak);
         }
         printf("\n");
         free(scratch);

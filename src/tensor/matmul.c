@@ -385,7 +385,13 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         .group_unit = k->pair != NULL && n_tok > 1 ? 2 : 1,
     };
     c.group_bytes = bytes / (size_t)c.n_groups;
-    int64_t chunk = (int64_t)(MM_CHUNK_BYTES / c.xq_row_bytes);
+    /* F16 and BF16 read float activations, 4 bytes per element against
+     * about 1 for the int8 types: the same tokens per chunk. Their weights
+     * stay in L2 while a chunk's activations stream past; a chunk of 8
+     * tokens at 8192 columns re-read the whole matrix every 8 tokens. */
+    const size_t chunk_bytes =
+        type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16 ? 4 * MM_CHUNK_BYTES : MM_CHUNK_BYTES;
+    int64_t chunk = (int64_t)(chunk_bytes / c.xq_row_bytes);
     chunk -= chunk % k->max_t;
     c.tok_chunk = chunk > k->max_t ? chunk : k->max_t;
     const int n_threads = pool != NULL ? strata_pool_n_threads(pool) : 1;

@@ -66,8 +66,9 @@ static const x8_type *x8_lookup(uint32_t type)
          AVX2(tensor_x8_iq4_xs_avx2), AVX512(iq4_xs)}};
 #if defined(__x86_64__)
 #define HALF_LEVELS(t)                                                                  \
-    {.one = tensor_x8_##t##_avx2, .max_t = 2},                                          \
-    {.one = tensor_x8_##t##_avx512, .max_t = TENSOR_X8_HALF_AVX512_MAX_T}
+    {.one = tensor_x8_##t##_avx2, .max_t = TENSOR_X8_MAX_T},                           \
+    {.one = tensor_x8_##t##_avx512, .pair = tensor_x8_##t##_avx512_pair,               \
+     .max_t = TENSOR_X8_HALF_AVX512_MAX_T}
 #else
 #define HALF_LEVELS(t) {0}, {0}
 #endif
@@ -153,7 +154,13 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
         return 0;
-    if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float);
+    /* F16, BF16: the floats and one cache line of padding. The kernels
+     * read up to 8 token rows side by side; rows of 2048 or 8192 floats
+     * are a multiple of 4 KB apart, so without the pad the same offset of
+     * every row maps to the same L1 set, and 8 rows plus the weights
+     * overflow its 8 ways (the 6- and 8-token tiles ran at 60 % of the
+     * 3-token one on AMD Zen 4). */
+    if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float) + 64;
     if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
         type == STRATA_TYPE_IQ4_XS)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);

@@ -3,15 +3,21 @@
  *
  * Float weights need no integer step: per (row, token) the kernels take
  * one fused multiply-add per weight, with the activations kept as float32
- * (the same F32 rows the GGUF layout's kernels read). The layout puts two
- * consecutive elements of each of the 8 rows of a group side by side, so
- * that 16 halves (one 256-bit load, converted to 16 floats: a zmm, or two
- * ymm at AVX2) give float lane 2r + p = row r's element 2k + p, and the
- * activation operand is the float pair (x_2k, x_2k+1) broadcast as one
- * 64-bit value. Each lane is a running sum of one parity of one row; four
- * of them per lane (pair k of a block goes to sum k) keep four fma chains
- * in flight. The sums are added in one fixed order at the end, so every
- * level performs the same float steps and returns the same bits.
+ * (the same F32 rows the GGUF layout's kernels read). Per (row, token)
+ * there are eight running sums, one per element j = 2k + p of a block
+ * (s[k][p] in pack_internal.h), so eight fma chains are in flight; they are
+ * added in one fixed order at the end, so every level performs the same
+ * float steps and returns the same bits.
+ *
+ * The layout stores, per block, element j of the 8 rows side by side: 8
+ * halves, converted to 8 floats, are lane r = row r's element j, and the
+ * activation operand is the one float x_j broadcast to every lane, which
+ * AVX-512 folds into the fma as a memory operand ({1to8}, {1to16}) at no
+ * cost. The AVX-512 pair kernel puts element j of two groups in one zmm
+ * (lanes 0..7 the first group's rows, 8..15 the second's), so each
+ * broadcast feeds 16 rows: on AMD Zen 4 the 64-bit pair broadcasts of the
+ * previous layout took a shuffle slot per fma and held the prefill tile to
+ * about 60 % of the fma peak; this one runs near it (bench_matmul).
  *
  * The conversions are exact (f16 and bf16 values are floats), so the only
  * roundings are the fmas and the final adds.
@@ -41,9 +47,8 @@ bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void 
     for (int64_t ib = 0; ib < n / TENSOR_X8_HALF_ELEMS; ib++)
         for (int r = 0; r < 8; r++) {
             const uint16_t *row = (const uint16_t *)((const char *)src + (size_t)r * src_row_bytes);
-            for (int k = 0; k < 4; k++)
-                for (int p = 0; p < 2; p++)
-                    out[ib].w[16 * k + 2 * r + p] = row[TENSOR_X8_HALF_ELEMS * ib + 2 * k + p];
+            for (int j = 0; j < TENSOR_X8_HALF_ELEMS; j++)
+                out[ib].w[8 * j + r] = row[TENSOR_X8_HALF_ELEMS * ib + j];
         }
     return true; /* a permutation of the halves */
 }
@@ -53,9 +58,8 @@ void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst)
     const block_halfx8 *g = group;
     uint16_t *row = dst;
     for (int64_t ib = 0; ib < n / TENSOR_X8_HALF_ELEMS; ib++)
-        for (int k = 0; k < 4; k++)
-            for (int p = 0; p < 2; p++)
-                row[TENSOR_X8_HALF_ELEMS * ib + 2 * k + p] = g[ib].w[16 * k + 2 * r + p];
+        for (int j = 0; j < TENSOR_X8_HALF_ELEMS; j++)
+            row[TENSOR_X8_HALF_ELEMS * ib + j] = g[ib].w[8 * j + r];
 }
 
 /* The F32 activation row: the floats themselves. */
@@ -85,7 +89,7 @@ static void half_scalar(int64_t n, const void *w, const void *x, size_t xs, floa
             for (int64_t ib = 0; ib < nb; ib++)
                 for (int k = 0; k < 4; k++)
                     for (int p = 0; p < 2; p++) {
-                        const uint16_t h = wb[ib].w[16 * k + 2 * r + p];
+                        const uint16_t h = wb[ib].w[8 * (2 * k + p) + r];
                         const float wv = bf16 ? tensor_bf16_to_f32(h) : tensor_f16_to_f32(h);
                         s[k][p] = fmaf(wv, xt[TENSOR_X8_HALF_ELEMS * ib + 2 * k + p], s[k][p]);
                     }
@@ -108,17 +112,6 @@ void tensor_x8_bf16_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 
 #if defined(__x86_64__)
 
-/* Lane sums (lane 2r + p, the 16 of a group) to the 8 rows' results, in
- * half_finish's order: s[k] is sum k's 16 lanes. */
-static inline void half_store(const float s[4][16], float *y)
-{
-    for (int r = 0; r < 8; r++) {
-        float t[4][2];
-        for (int k = 0; k < 4; k++) t[k][0] = s[k][2 * r], t[k][1] = s[k][2 * r + 1];
-        y[r] = half_finish((const float(*)[2])t);
-    }
-}
-
 /* 8 halves at p to 8 floats, exactly. */
 TENSOR_AVX2_INLINE __m256 half8_avx2(const uint16_t *p, const bool bf16)
 {
@@ -127,97 +120,220 @@ TENSOR_AVX2_INLINE __m256 half8_avx2(const uint16_t *p, const bool bf16)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* The pair (x[0], x[1]) in every 64-bit lane. */
-TENSOR_AVX2_INLINE __m256 xpair_avx2(const float *x)
+/* half_finish on 8 rows at once: a[j] holds sum j = 2k + p of rows 0..7. */
+TENSOR_AVX2_INLINE __m256 half_finish8(const __m256 a[8])
 {
-    double d;
-    memcpy(&d, x, sizeof d);
-    return _mm256_castpd_ps(_mm256_set1_pd(d));
+    const __m256 e = _mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[4], a[6]));
+    const __m256 o = _mm256_add_ps(_mm256_add_ps(a[1], a[3]), _mm256_add_ps(a[5], a[7]));
+    return _mm256_add_ps(e, o);
 }
 
-/* One group x NT tokens (NT <= 2): per token 4 sums x 2 ymm (rows 0..3
- * and 4..7), 16 ymm for two tokens (the compiler keeps what fits). */
-TENSOR_AVX2_INLINE void half_avx2_tile(int64_t n, const void *w, const void *x, size_t xs,
-                                       float *y, size_t ys, const int NT, const bool bf16)
+/* The kernels walk the row in spans of HALF_SPAN_BLOCKS blocks (8 KB of
+ * one group's weights, 16 KB of a pair's, which stay in L1 while every
+ * token of the call passes over them); each token's sums are loaded from
+ * and stored back to a `state` array around a span. A chain only pauses
+ * between spans, so every sum takes the same fmas in the same order as in
+ * one pass. */
+#define HALF_SPAN_BLOCKS 64
+#define HALF_TRIO 3
+
+/* Tokens in the part of a span's tokens that starts at t0: three, but two
+ * and two rather than three and a lone one (a lone token makes each
+ * converted weight vector feed one fma). */
+static inline int half_trio(int nt, int t0)
 {
-    const block_halfx8 *wb = w;
-    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
-    __m256 acc[2][4][2];
+    const int left = nt - t0;
+    return left == 4 ? 2 : left < HALF_TRIO ? left : HALF_TRIO;
+}
+
+/* AVX2, one group, blocks [b0, b1), sums j0 .. j0 + J - 1 of tokens t0 ..
+ * t0 + NT - 1: J = 4 with NT <= 3 (12 accumulators of the 16 ymm
+ * registers), J = 8 with NT = 1 (matrix x vector: all 8 sums in one pass,
+ * so each weight line is read once); lane r of state[t][j] = row r's sum
+ * j (j = 2k + p). The sums of a block are independent chains, so they can
+ * take turns. */
+TENSOR_AVX2_INLINE void half_avx2_span(const block_halfx8 *wb, int64_t b0, int64_t b1,
+                                       const void *x, size_t xs, int t0, int j0,
+                                       __m256 (*state)[8], const int NT, const int J,
+                                       const bool pf, const bool bf16)
+{
+    __m256 acc[HALF_TRIO][8];
     for (int t = 0; t < NT; t++)
-        for (int k = 0; k < 4; k++) acc[t][k][0] = acc[t][k][1] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint16_t *blk = wb[ib].w;
-        _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        for (int k = 0; k < 4; k++) {
-            const __m256 w0 = half8_avx2(blk + 16 * k, bf16);
-            const __m256 w1 = half8_avx2(blk + 16 * k + 8, bf16);
+        for (int j = 0; j < J; j++) acc[t][j] = state[t0 + t][j0 + j];
+    for (int64_t ib = b0; ib < b1; ib++) {
+        const uint16_t *blk = wb[ib].w + 8 * j0;
+        if (pf)
+            for (int l = 0; l < J / 4; l++)
+                _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + 64 * l, _MM_HINT_T0);
+        for (int j = 0; j < J; j++) {
+            const __m256 wv = half8_avx2(blk + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
-                const float *xt = (const float *)((const char *)x + (size_t)t * xs);
-                const __m256 xv = xpair_avx2(xt + TENSOR_X8_HALF_ELEMS * ib + 2 * k);
-                acc[t][k][0] = _mm256_fmadd_ps(w0, xv, acc[t][k][0]);
-                acc[t][k][1] = _mm256_fmadd_ps(w1, xv, acc[t][k][1]);
+                const float *xt = (const float *)((const char *)x + (size_t)(t0 + t) * xs);
+                const __m256 xv = _mm256_broadcast_ss(xt + TENSOR_X8_HALF_ELEMS * ib + j0 + j);
+                acc[t][j] = _mm256_fmadd_ps(wv, xv, acc[t][j]);
             }
         }
     }
-    for (int t = 0; t < NT; t++) {
-        float s[4][16];
-        for (int k = 0; k < 4; k++) {
-            _mm256_storeu_ps(s[k], acc[t][k][0]);
-            _mm256_storeu_ps(s[k] + 8, acc[t][k][1]);
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < J; j++) state[t0 + t][j0 + j] = acc[t][j];
+}
+
+TENSOR_AVX2_INLINE void half_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                                  size_t ys, const int nt, const bool bf16)
+{
+    const block_halfx8 *wb = w;
+    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
+    __m256 state[TENSOR_X8_MAX_T][8];
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < 8; j++) state[t][j] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
+        const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            if (m == 1) {
+                half_avx2_span(wb, b0, b1, x, xs, t0, 0, state, 1, 8, t0 == 0, bf16);
+                continue;
+            }
+            for (int j0 = 0; j0 < 8; j0 += 4) {
+                if (m == 2) half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 2, 4, t0 == 0, bf16);
+                else half_avx2_span(wb, b0, b1, x, xs, t0, j0, state, 3, 4, t0 == 0, bf16);
+            }
         }
-        half_store((const float(*)[16])s, y + (size_t)t * ys);
     }
+    for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ys, half_finish8(state[t]));
 }
 
 TENSOR_AVX2_TARGET void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs,
                                            float *y, size_t ys, int nt)
 {
-    if (nt == 1) half_avx2_tile(n, w, x, xs, y, ys, 1, false);
-    else half_avx2_tile(n, w, x, xs, y, ys, 2, false);
+    half_avx2(n, w, x, xs, y, ys, nt, false);
 }
 
 TENSOR_AVX2_TARGET void tensor_x8_bf16_avx2(int64_t n, const void *w, const void *x, size_t xs,
                                             float *y, size_t ys, int nt)
 {
-    if (nt == 1) half_avx2_tile(n, w, x, xs, y, ys, 1, true);
-    else half_avx2_tile(n, w, x, xs, y, ys, 2, true);
+    half_avx2(n, w, x, xs, y, ys, nt, true);
 }
 
-/* 16 halves at p to 16 floats, exactly. */
-X8_AVX512_INLINE __m512 half16_avx512(const uint16_t *p, const bool bf16)
+/* The AVX-512 kernels: up to TENSOR_X8_HALF_AVX512_MAX_T tokens per
+ * call, in spans as the AVX2 one, three tokens at a time with all eight
+ * sums (24 accumulators of the 32 registers). */
+
+/* One group, blocks [b0, b1), tokens t0 .. t0 + NT - 1 (NT <= 3): lane r
+ * of state[t][j] = row r's sum j (j = 2k + p); the broadcast activation
+ * is folded into each fma. */
+X8_AVX512_INLINE void half_one_span(const block_halfx8 *wb, int64_t b0, int64_t b1,
+                                    const void *x, size_t xs, int t0, __m256 (*state)[8],
+                                    const int NT, const bool bf16)
 {
-    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    __m256 acc[HALF_TRIO][8];
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
+    for (int64_t ib = b0; ib < b1; ib++) {
+        const uint16_t *blk = wb[ib].w;
+        if (t0 == 0) prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        for (int j = 0; j < 8; j++) {
+            const __m256 wv = half8_avx2(blk + 8 * j, bf16);
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)((const char *)x + (size_t)(t0 + t) * xs);
+                acc[t][j] = _mm256_fmadd_ps(wv, _mm256_set1_ps(xt[TENSOR_X8_HALF_ELEMS * ib + j]),
+                                            acc[t][j]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < 8; j++) state[t0 + t][j] = acc[t][j];
+}
+
+/* One group x nt tokens (nt <= TENSOR_X8_HALF_AVX512_MAX_T). Matrix x
+ * vector (decode) runs here: one weight stream, at the memory's rate. */
+X8_AVX512_INLINE void half_avx512_one(int64_t n, const void *w, const void *x, size_t xs,
+                                      float *y, size_t ys, const int nt, const bool bf16)
+{
+    const block_halfx8 *wb = w;
+    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
+    __m256 state[TENSOR_X8_HALF_AVX512_MAX_T][8];
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < 8; j++) state[t][j] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
+        const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            switch (m) {
+            case 1: half_one_span(wb, b0, b1, x, xs, t0, state, 1, bf16); break;
+            case 2: half_one_span(wb, b0, b1, x, xs, t0, state, 2, bf16); break;
+            default: half_one_span(wb, b0, b1, x, xs, t0, state, 3, bf16); break;
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm256_storeu_ps(y + (size_t)t * ys, half_finish8(state[t]));
+}
+
+/* Element j of two groups' blocks (8 halves at a, 8 at b) as 16 floats:
+ * lanes 0..7 the first group's rows, 8..15 the second's. */
+X8_AVX512_INLINE __m512 half16_pair(const uint16_t *a, const uint16_t *b, const bool bf16)
+{
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+        _mm_loadu_si128((const __m128i *)b), 1);
     if (!bf16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* One group x NT tokens: 4 zmm sums per token, the 16 lanes of a group. */
-X8_AVX512_INLINE void half_avx512_tile(int64_t n, const void *w, const void *x, size_t xs,
-                                       float *y, size_t ys, const int NT, const bool bf16)
+/* Two groups (16 rows), blocks [b0, b1), tokens t0 .. t0 + NT - 1: 8 zmm
+ * sums per token (lane = row of the pair), 24 for a trio; each weight
+ * vector feeds NT fmas, each broadcast activation 16 rows. */
+X8_AVX512_INLINE void half_pair_span(const block_halfx8 *wa, const block_halfx8 *wb, int64_t b0,
+                                     int64_t b1, const void *x, size_t xs, int t0,
+                                     __m512 (*state)[8], const int NT, const bool bf16)
 {
-    const block_halfx8 *wb = w;
-    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
-    __m512 acc[TENSOR_X8_HALF_AVX512_MAX_T][4];
+    __m512 acc[HALF_TRIO][8];
     for (int t = 0; t < NT; t++)
-        for (int k = 0; k < 4; k++) acc[t][k] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint16_t *blk = wb[ib].w;
-        prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
-        for (int k = 0; k < 4; k++) {
-            const __m512 wv = half16_avx512(blk + 16 * k, bf16);
+        for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
+    for (int64_t ib = b0; ib < b1; ib++) {
+        if (t0 == 0) { /* later trios find the span in L1 */
+            prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+            prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m512 wv = half16_pair(wa[ib].w + 8 * j, wb[ib].w + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
-                const float *xt = (const float *)((const char *)x + (size_t)t * xs);
-                double d;
-                memcpy(&d, xt + TENSOR_X8_HALF_ELEMS * ib + 2 * k, sizeof d);
-                acc[t][k] = _mm512_fmadd_ps(wv, _mm512_castpd_ps(_mm512_set1_pd(d)), acc[t][k]);
+                const float *xt = (const float *)((const char *)x + (size_t)(t0 + t) * xs);
+                acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xt[TENSOR_X8_HALF_ELEMS * ib + j]),
+                                            acc[t][j]);
             }
         }
     }
-    for (int t = 0; t < NT; t++) {
-        float s[4][16];
-        for (int k = 0; k < 4; k++) _mm512_storeu_ps(s[k], acc[t][k]);
-        half_store((const float(*)[16])s, y + (size_t)t * ys);
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < 8; j++) state[t0 + t][j] = acc[t][j];
+}
+
+X8_AVX512_INLINE void half_avx512_pair(int64_t n, const void *w, size_t gs, const void *x,
+                                       size_t xs, float *y, size_t ys, const int nt,
+                                       const bool bf16)
+{
+    const block_halfx8 *wa = w;
+    const block_halfx8 *wb = (const block_halfx8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
+    __m512 state[TENSOR_X8_HALF_AVX512_MAX_T][8];
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < 8; j++) state[t][j] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
+        const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
+        for (int t0 = 0, m; t0 < nt; t0 += m) {
+            m = half_trio(nt, t0);
+            switch (m) {
+            case 1: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 1, bf16); break;
+            case 2: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 2, bf16); break;
+            default: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 3, bf16); break;
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const __m512 *a = state[t];
+        const __m512 e = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[4], a[6]));
+        const __m512 o = _mm512_add_ps(_mm512_add_ps(a[1], a[3]), _mm512_add_ps(a[5], a[7]));
+        _mm512_storeu_ps(y + (size_t)t * ys, _mm512_add_ps(e, o));
     }
 }
 
@@ -225,14 +341,13 @@ X8_AVX512_INLINE void half_avx512_tile(int64_t n, const void *w, const void *x, 
     X8_AVX512_TARGET void tensor_x8_##name##_avx512(int64_t n, const void *w, const void *x,   \
                                                     size_t xs, float *y, size_t ys, int nt)    \
     {                                                                                          \
-        switch (nt) {                                                                          \
-        case 1: half_avx512_tile(n, w, x, xs, y, ys, 1, bf16); break;                          \
-        case 2: half_avx512_tile(n, w, x, xs, y, ys, 2, bf16); break;                          \
-        case 3: half_avx512_tile(n, w, x, xs, y, ys, 3, bf16); break;                          \
-        case 4: half_avx512_tile(n, w, x, xs, y, ys, 4, bf16); break;                          \
-        case 5: half_avx512_tile(n, w, x, xs, y, ys, 5, bf16); break;                          \
-        default: half_avx512_tile(n, w, x, xs, y, ys, 6, bf16); break;                         \
-        }                                                                                      \
+        half_avx512_one(n, w, x, xs, y, ys, nt, bf16);                                         \
+    }                                                                                          \
+    X8_AVX512_TARGET void tensor_x8_##name##_avx512_pair(int64_t n, const void *w, size_t gs,  \
+                                                         const void *x, size_t xs, float *y,   \
+                                                         size_t ys, int nt)                    \
+    {                                                                                          \
+        half_avx512_pair(n, w, gs, x, xs, y, ys, nt, bf16);                                    \
     }
 
 HALF_AVX512_SET(f16, false)
@@ -285,9 +400,9 @@ void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t x
             float s[4] = {0};
             for (int64_t ib = 0; ib < nb; ib++)
                 for (int k = 0; k < 4; k++) {
-                    const uint16_t *wp = wb[ib].w + 16 * k + 2 * r;
+                    const uint16_t w0 = wb[ib].w[8 * (2 * k) + r], w1 = wb[ib].w[8 * (2 * k + 1) + r];
                     const uint16_t *xp = xt + 64 * ib + 16 * k + 2 * r;
-                    s[k] = bf16_dot_step(s[k], wp[0], wp[1], xp[0], xp[1]);
+                    s[k] = bf16_dot_step(s[k], w0, w1, xp[0], xp[1]);
                 }
             y[(size_t)t * ys + r] = (s[0] + s[1]) + (s[2] + s[3]);
         }
@@ -298,23 +413,31 @@ void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t x
 
 #define BF16_DOT_ATTRS target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")
 
-/* One group x NT tokens: dword lane j of 32 halves w[32 h ..] is row j % 8,
- * element pair k = 2h + j / 8, and so is dword j of the activation row's 64
- * bytes at (block, h): one load each, no shuffle. Sums s[k] live in the two
- * accumulators of h = k / 2 (lanes 8 (k % 2) ..). */
+/* One group x NT tokens: the 32 halves w[32 h ..] (elements 4h .. 4h + 3
+ * of the 8 rows) are permuted so that dword lane j holds row j % 8's pair
+ * k = 2h + j / 8 (elements 2k, 2k + 1), as dword j of the activation row's
+ * 64 bytes at (block, h) does. Sums s[k] live in the two accumulators of
+ * h = k / 2 (lanes 8 (k % 2) ..). */
 static inline __attribute__((always_inline, BF16_DOT_ATTRS)) void
 bf16_dot_tile(int64_t n, const void *w, const void *x, size_t xs, float *y, size_t ys,
               const int NT)
 {
     const block_halfx8 *wb = w;
     const int64_t nb = n / TENSOR_X8_HALF_ELEMS;
-    __m512 acc[TENSOR_X8_HALF_AVX512_MAX_T][2];
+    __m512 acc[TENSOR_X8_BF16_DOT_MAX_T][2];
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    /* half q = 2 j + p of the permuted vector: row j % 8's element
+     * 2 (j / 8) + p of the 4, at 8 (2 (j / 8) + p) + j % 8 */
+    uint16_t perm_idx[32];
+    for (int q = 0; q < 32; q++)
+        perm_idx[q] = (uint16_t)(8 * (2 * (q / 2 / 8) + q % 2) + q / 2 % 8);
+    const __m512i perm = _mm512_loadu_si512((const void *)perm_idx);
     for (int64_t ib = 0; ib < nb; ib++) {
         _mm_prefetch((const char *)wb[ib].w + TENSOR_X8_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch((const char *)wb[ib].w + TENSOR_X8_PREFETCH_AHEAD + 64, _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
-            const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wb[ib].w + 32 * h));
+            const __m512bh wv = (__m512bh)_mm512_permutexvar_epi16(
+                perm, _mm512_loadu_si512((const void *)(wb[ib].w + 32 * h)));
             for (int t = 0; t < NT; t++) {
                 const uint16_t *xt = (const uint16_t *)((const char *)x + (size_t)t * xs);
                 const __m512bh xv =

@@ -151,9 +151,10 @@ typedef struct block_iq4_xsx8 {
 } block_iq4_xsx8;
 
 /* F16 / BF16 x8: a block is 8 elements of rows 0..7,
- *   w[16 k + 2 r + p], k = 0..3, p = 0..1: row r's element 2k + p (the
- *   type's 16-bit value, unchanged).
- * 16 consecutive halves are float lanes 2r + p of a 16-lane vector. */
+ *   w[8 j + r], j = 0..7: row r's element j (the type's 16-bit value,
+ *   unchanged).
+ * 8 consecutive halves are float lane r = row r of an 8-lane vector, all
+ * lanes multiplied by the same activation element. */
 #define TENSOR_X8_HALF_ELEMS 8
 typedef struct block_halfx8 {
     uint16_t w[8 * TENSOR_X8_HALF_ELEMS];
@@ -248,8 +249,9 @@ void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, f
                            size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
-/* F16 / BF16 (pack_bf16.c): up to 2 tokens at AVX2, one group and up to
- * TENSOR_X8_HALF_AVX512_MAX_T tokens at AVX-512 (no pair kernel). */
+/* F16 / BF16 (pack_bf16.c): one group and up to TENSOR_X8_MAX_T tokens at
+ * AVX2; one group and pairs, up to TENSOR_X8_HALF_AVX512_MAX_T tokens, at
+ * AVX-512. */
 #define TENSOR_X8_HALF_AVX512_MAX_T 6
 void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                         size_t ys, int nt);
@@ -259,6 +261,10 @@ void tensor_x8_f16_avx512(int64_t n, const void *w, const void *x, size_t xs, fl
                           size_t ys, int nt);
 void tensor_x8_bf16_avx512(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
+void tensor_x8_f16_avx512_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                               float *y, size_t ys, int nt);
+void tensor_x8_bf16_avx512_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                float *y, size_t ys, int nt);
 
 /* Compiled for AVX-512 F/BW/VL/VNNI (pack_avx512.c); call only where
  * strata_cpu_level() says AVX512. One group and pairs, up to
@@ -296,7 +302,7 @@ const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_le
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
- * F32 for F16 and BF16),
+ * F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
  * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
@@ -321,7 +327,8 @@ void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a co
  * the bf16 values of elements 8 b + 2 k and 8 b + 2 k + 1, repeated for the
  * 8 rows (128 bytes per 8 elements), so a kernel loads it as it loads the
  * weights. The AVX-512 kernel needs strata_cpu_get()->avx512bf16; nt <=
- * TENSOR_X8_HALF_AVX512_MAX_T. */
+ * TENSOR_X8_BF16_DOT_MAX_T. */
+#define TENSOR_X8_BF16_DOT_MAX_T 6
 void tensor_x8_bf16_dot_act(const float *x, void *dst, int64_t n);
 size_t tensor_x8_bf16_dot_act_bytes(int64_t n);
 void tensor_x8_bf16_dot_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,

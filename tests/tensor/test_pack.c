@@ -429,6 +429,12 @@ static void test_kernels_vs_reference(void **state)
             check_kernels(type, be * nb, FILL_EXTREME, true, 14 + i);
             check_kernels(type, be * nb, FILL_RANDOM, true, 15 + i);
         }
+        /* F16 and BF16 kernels walk a row in spans of 64 blocks, pausing
+         * each sum between spans: two whole spans and a part one */
+        if (is_half(type)) {
+            check_kernels(type, be * (2 * 64 + 5), FILL_RANDOM, false, 16 + i);
+            check_kernels(type, be * (2 * 64 + 5), FILL_EXTREME, true, 17 + i);
+        }
     }
     for (int l = n_levels(); l <= STRATA_SIMD_AVX512; l++)
         printf("# x8 kernels at %s skipped: this CPU cannot run them\n",
@@ -652,7 +658,7 @@ static void test_bf16_dot(void **state)
     (void)state;
     strata_rng rng;
     strata_rng_seed(&rng, 4242);
-    const int64_t n_rows = 16, n = 136, n_tok = TENSOR_X8_HALF_AVX512_MAX_T + 1;
+    const int64_t n_rows = 16, n = 136, n_tok = TENSOR_X8_BF16_DOT_MAX_T + 1;
     const uint32_t type = STRATA_TYPE_BF16;
     uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n_rows * n));
     float *x = malloc(sizeof(float) * (size_t)(n * n_tok));
@@ -686,7 +692,7 @@ static void test_bf16_dot(void **state)
             }
 #if defined(__x86_64__)
         if (!strata_cpu_get()->avx512bf16) continue;
-        for (int nt = 1; nt <= TENSOR_X8_HALF_AVX512_MAX_T; nt++)
+        for (int nt = 1; nt <= TENSOR_X8_BF16_DOT_MAX_T; nt++)
             for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
                 tensor_x8_bf16_dot_avx512bf16(n, pg, xq + (size_t)t0 * xb, xb, got, 8, nt);
                 for (int t = 0; t < nt; t++)
@@ -728,7 +734,7 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
     assert_false(tensor_pack_available(STRATA_TYPE_F32, 8, 32));    /* no x8 layout */
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_F16, 16, 24), 16 * 24 * 2);
-    assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_BF16, 24), 24 * sizeof(float));
+    assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_BF16, 24), 24 * sizeof(float) + 64);
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_0, 16, 64), 16 * 2 * sizeof(block_q4_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_0, 8, 32), 8 * sizeof(block_q8_0));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
