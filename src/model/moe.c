@@ -135,6 +135,27 @@ int model_moe_unify(const gguf *g, const model_hparams *hp, int64_t il, model_la
     return 0;
 }
 
+void model_moe_inactive(const model *m, uint64_t *bytes, uint64_t *params)
+{
+    static const char *const names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                         "ffn_down_exps.weight"};
+    const model_hparams *hp = &m->hp;
+    *bytes = *params = 0;
+    if (hp->n_expert == 0) return;
+    const uint64_t n_e = (uint64_t)hp->n_expert, n_idle = n_e - (uint64_t)hp->n_expert_used;
+    char name[GGUF_MAX_TENSOR_NAME + 32];
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "blk.%" PRId64 ".%s", il, names[i]);
+            const gguf_tensor *t = gguf_find_tensor(m->g, name);
+            if (t == NULL) continue;
+            const uint64_t n_el = (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
+            *bytes += (uint64_t)t->n_bytes / n_e * n_idle;
+            *params += n_el / n_e * n_idle;
+        }
+    }
+}
+
 /* --- scratch --- */
 
 static void *alloc_bytes(size_t n)

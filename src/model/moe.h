@@ -52,6 +52,13 @@ int model_moe_bind(const gguf *g, const model_hparams *hp, int64_t il, model_lay
 int model_moe_unify(const gguf *g, const model_hparams *hp, int64_t il, model_layer *l,
                     strata_err *err);
 
+/* What a decode step does not read of m's experts: per layer, the
+ * n_expert - n_used experts a token does not choose, as bytes of the file's
+ * expert tensors (*bytes) and parameters (*params); 0 for dense models. A
+ * step's weight traffic is then the file's tensor bytes less these (and
+ * less the embedding table), whichever experts it picks. */
+void model_moe_inactive(const model *m, uint64_t *bytes, uint64_t *params);
+
 /* Scratch of model_moe_ffn for chunks of up to n_batch tokens; a slot is
  * one (token, rank) pair, n_slots = n_batch * n_used. */
 typedef struct model_moe_bufs {
