@@ -7,11 +7,14 @@
 #include "tensor/pack.h"
 #include "tensor/ops.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* --- binding --- */
 
@@ -220,12 +223,16 @@ int model_moe_bufs_init(model_moe_bufs *b, const model *m, int64_t n_batch)
     b->slot_tok = alloc_bytes(n_slots * sizeof(int32_t));
     b->slot_exp = alloc_bytes(n_slots * sizeof(int32_t));
     b->slot_of = alloc_bytes(n_slots * sizeof(int32_t));
-    b->xg_gate = alloc_bytes(n_slots * in_bytes);
-    b->xg_up = alloc_bytes(n_slots * in_bytes);
-    b->xd = alloc_bytes(n_slots * down_bytes);
-    b->gate = alloc_bytes(n_slots * (size_t)hp->n_ff_exp * f);
-    b->up = alloc_bytes(n_slots * (size_t)hp->n_ff_exp * f);
-    b->yg = alloc_bytes(n_slots * (size_t)hp->n_embd * f);
+    const size_t sizes[6] = {n_slots * in_bytes, n_slots * in_bytes, n_slots * down_bytes,
+                             n_slots * (size_t)hp->n_ff_exp * f, n_slots * (size_t)hp->n_ff_exp * f,
+                             n_slots * (size_t)hp->n_embd * f};
+    memcpy(b->slot_buf_bytes, sizes, sizeof(sizes));
+    b->xg_gate = alloc_bytes(sizes[0]);
+    b->xg_up = alloc_bytes(sizes[1]);
+    b->xd = alloc_bytes(sizes[2]);
+    b->gate = alloc_bytes(sizes[3]);
+    b->up = alloc_bytes(sizes[4]);
+    b->yg = alloc_bytes(sizes[5]);
     b->tasks = alloc_bytes((size_t)hp->n_expert * 2 * sizeof(tensor_mm_task));
     b->mm_scratch = alloc_bytes(mm);
     if (b->probs == NULL || b->sel == NULL || b->wsel == NULL || b->exp_off == NULL ||
@@ -236,6 +243,21 @@ int model_moe_bufs_init(model_moe_bufs *b, const model *m, int64_t n_batch)
         return STRATA_ENOMEM;
     }
     return 0;
+}
+
+void model_moe_bufs_release(model_moe_bufs *b)
+{
+    void *const bufs[6] = {b->xg_gate, b->xg_up, b->xd, b->gate, b->up, b->yg};
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < 6; i++) {
+        if (bufs[i] == NULL) continue;
+        /* whole pages inside the buffer only */
+        uintptr_t lo = ((uintptr_t)bufs[i] + page - 1) / page * page;
+        uintptr_t hi = ((uintptr_t)bufs[i] + b->slot_buf_bytes[i]) / page * page;
+        if (hi <= lo) continue;
+        while (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0 && errno == EINTR) {
+        }
+    }
 }
 
 /* --- the routed FFN --- */

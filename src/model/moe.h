@@ -77,11 +77,17 @@ typedef struct model_moe_bufs {
     float *yg;        /* (n_slots, n_embd) down's outputs */
     struct tensor_mm_task *tasks; /* (2 n_expert) */
     void *mm_scratch; /* the router's tensor_matmul scratch */
+    size_t slot_buf_bytes[6]; /* bytes of xg_gate, xg_up, xd, gate, up, yg */
 } model_moe_bufs;
 
 /* Allocates b for m's experts (nothing when m has none). 0 or STRATA_ENOMEM. */
 int model_moe_bufs_init(model_moe_bufs *b, const model *m, int64_t n_batch);
 void model_moe_bufs_free(model_moe_bufs *b);
+
+/* Gives the pages of b's per-slot buffers (most of its memory) back to
+ * the operating system, as model_ctx_release_scratch does for the step
+ * buffers: they hold nothing between calls. Not while a step runs. */
+void model_moe_bufs_release(model_moe_bufs *b);
 
 /* out = the routed FFN of the n rows of xn (n <= n_batch). Errors: those of
  * tensor_matmul, naming the tensor. */
