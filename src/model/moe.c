@@ -4,7 +4,6 @@
 #include "gguf/types.h"
 #include "tensor/matmul.h"
 #include "tensor/matmul_tasks.h"
-#include "tensor/pack.h"
 #include "tensor/ops.h"
 
 #include <errno.h>
@@ -175,7 +174,6 @@ void model_moe_bufs_free(model_moe_bufs *b)
     free(b->sel);
     free(b->wsel);
     free(b->exp_off);
-    free(b->slot_tok);
     free(b->slot_exp);
     free(b->slot_of);
     free(b->xg_gate);
@@ -220,7 +218,6 @@ int model_moe_bufs_init(model_moe_bufs *b, const model *m, int64_t n_batch)
     b->sel = alloc_bytes(n_slots * sizeof(int32_t));
     b->wsel = alloc_bytes(n_slots * f);
     b->exp_off = alloc_bytes((size_t)(hp->n_expert + 1) * sizeof(int32_t));
-    b->slot_tok = alloc_bytes(n_slots * sizeof(int32_t));
     b->slot_exp = alloc_bytes(n_slots * sizeof(int32_t));
     b->slot_of = alloc_bytes(n_slots * sizeof(int32_t));
     const size_t sizes[6] = {n_slots * in_bytes, n_slots * in_bytes, n_slots * down_bytes,
@@ -236,7 +233,7 @@ int model_moe_bufs_init(model_moe_bufs *b, const model *m, int64_t n_batch)
     b->tasks = alloc_bytes((size_t)hp->n_expert * 2 * sizeof(tensor_mm_task));
     b->mm_scratch = alloc_bytes(mm);
     if (b->probs == NULL || b->sel == NULL || b->wsel == NULL || b->exp_off == NULL ||
-        b->slot_tok == NULL || b->slot_exp == NULL || b->slot_of == NULL || b->xg_gate == NULL ||
+        b->slot_exp == NULL || b->slot_of == NULL || b->xg_gate == NULL ||
         b->xg_up == NULL || b->xd == NULL || b->gate == NULL || b->up == NULL || b->yg == NULL ||
         b->tasks == NULL || b->mm_scratch == NULL) {
         model_moe_bufs_free(b);
@@ -421,7 +418,6 @@ int model_moe_ffn(strata_pool *pool, const model_hparams *hp, const model_layer 
         const int32_t e = b->sel[s];
         const int32_t slot = off[e]++;
         b->slot_of[s] = slot;
-        b->slot_tok[slot] = (int32_t)(s / k_used);
         b->slot_exp[slot] = e;
     }
     for (int64_t e = n_e; e > 0; e--) off[e] = off[e - 1]; /* back to the starts */

@@ -66,7 +66,6 @@ typedef struct model_moe_bufs {
     int32_t *sel;     /* (n_batch, n_used) chosen experts, rank order */
     float *wsel;      /* (n_batch, n_used) their weights */
     int32_t *exp_off; /* (n_expert + 1) each expert's first slot */
-    int32_t *slot_tok; /* (n_slots) the token of a slot */
     int32_t *slot_exp; /* (n_slots) its expert */
     int32_t *slot_of; /* (n_batch, n_used) the slot of (token, rank) */
     void *xg_gate;    /* (n_slots) input rows in gate's activation format */
