@@ -2,8 +2,9 @@
 # Strata against llama.cpp on the same GGUF files, the same thread count,
 # side by side in one run: prompt processing (ppN) and decode (tgN) tokens
 # per second, their ratio (strata / llama.cpp), and for decode the GB/s of
-# weights streamed (bytes one step reads x tokens/s) as a share of this
-# machine's read bandwidth, measured in the same run.
+# weights streamed (bytes one step reads x tokens/s; for a mixture of experts
+# only the experts a token uses, strata bench's decode_bytes) as a share of
+# this machine's read bandwidth, measured in the same run.
 #
 #   bench/compare.sh [-t THREADS] [-p N] [-n N] [-r REPS] [--rounds K] [MODEL.gguf ...]
 #
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
         -n) gen=$2; shift 2 ;;
         -r) reps=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) models+=("$1"); shift ;;
     esac
 done

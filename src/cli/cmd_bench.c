@@ -16,7 +16,10 @@
  * fixed seed, so every run feeds the same input. One warm-up run of each
  * test comes first (page faults on the mapped weights, caches); then REPS
  * timed runs, reported as mean ± standard deviation (and, in JSON, the
- * median, which a noisy machine's outliers move less). */
+ * median, which a noisy machine's outliers move less). JSON rows carry
+ * decode_bytes, the weight bytes one decode step reads: for a mixture of
+ * experts only the n_used experts of each layer (the model column names
+ * the active parameters, "A1.33B"). */
 #include "cli.h"
 
 #include "base/clock.h"
@@ -25,6 +28,7 @@
 #include "gguf/summary.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -298,13 +302,23 @@ int cmd_bench(int argc, char **argv)
             if (s.types[t].n_bytes > s.types[main_type].n_bytes) main_type = t;
         }
         double np = (double)s.n_params;
-        snprintf(model_desc, sizeof(model_desc), "%s %.2f%s %s", m->hp.arch_name,
-                 np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
+        uint64_t idle_bytes = 0, idle_params = 0;
+        model_moe_inactive(m, &idle_bytes, &idle_params);
+        char active[32] = "";
+        if (idle_params > 0) {
+            /* a mixture of experts: also the parameters a token uses */
+            double na = np - (double)idle_params;
+            snprintf(active, sizeof(active), " A%.2f%s", na >= 1e9 ? na / 1e9 : na / 1e6,
+                     na >= 1e9 ? "B" : "M");
+        }
+        snprintf(model_desc, sizeof(model_desc), "%s %.2f%s%s %s", m->hp.arch_name,
+                 np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M", active,
                  strata_type_name(main_type));
         snprintf(size_desc, sizeof(size_desc), "%.2f MiB", (double)s.tensor_bytes / 1048576.0);
         /* bytes one decode step streams: every tensor but the embedding
-         * table, of which it reads one row (unless the output is tied to it) */
-        uint64_t decode_bytes = s.tensor_bytes;
+         * table, of which it reads one row (unless the output is tied to
+         * it), and of a mixture of experts only the experts a token uses */
+        uint64_t decode_bytes = s.tensor_bytes - idle_bytes;
         const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
         if (te != NULL && !m->tied_output) decode_bytes -= (uint64_t)te->n_bytes;
         char cpu[160];

@@ -236,6 +236,7 @@ void model_ctx_release_scratch(model_ctx *ctx)
         while (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0 && errno == EINTR) {
         }
     }
+    model_moe_bufs_release(&ctx->moe);
 }
 
 kv_cache *model_ctx_kv(model_ctx *ctx)

@@ -41,6 +41,16 @@ static const model_preset g_presets[] = {
         .n_vocab = 151936, .n_ctx_train = 32768, .rope_freq_base = 1000000.0, .rms_eps = 1e-6,
         .qkv_bias = true, .tied_output = true,
     },
+    {
+        /* OLMoE-1B-7B's shape as a qwen3moe (whose loaders everyone has):
+         * 6.9B parameters, 1.3B of them active per token */
+        .name = "moe-1b-7b", .arch = "qwen3moe",
+        .about = "OLMoE-1B-7B shapes as qwen3moe: 2048 wide, 16 layers, 16/16 heads, 64 experts "
+                 "of FFN 1024, 8 per token, vocab 50304",
+        .n_embd = 2048, .n_layer = 16, .n_head = 16, .n_head_kv = 16, .n_ff = 1024,
+        .n_vocab = 50304, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
+        .qk_norm = true, .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 1024,
+    },
 };
 
 const model_preset *model_preset_find(const char *name)
@@ -65,7 +75,7 @@ typedef struct tensor_spec {
     char name[GGUF_MAX_TENSOR_NAME + 1];
     uint32_t type;
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];       /* ne[2]: experts of a 3-D expert tensor, else 1 */
     enum fill_kind kind;
 } tensor_spec;
 
@@ -113,7 +123,20 @@ static int add_spec(make_ctx *c, size_t cap, const char *name, uint32_t type, in
     if (ne1 <= 0) s->ne[1] = 1;
     s->type = kind == FILL_MATRIX ? fit_type(type, ne0) : STRATA_TYPE_F32;
     if (kind == FILL_MATRIX && s->type != type) c->n_fallback++;
+    s->ne[2] = 1;
     return 0;
+}
+
+/* A 3-D expert tensor: n_expert matrices of (ne1, ne0), ne = [ne0, ne1, n_expert]. */
+static int add_experts(make_ctx *c, size_t cap, const char *name, uint32_t type, int64_t ne0,
+                       int64_t ne1, int64_t n_expert)
+{
+    int rc = add_spec(c, cap, name, type, ne0, ne1, FILL_MATRIX);
+    if (rc == 0) {
+        c->specs[c->n_specs - 1].ne[2] = n_expert;
+        c->specs[c->n_specs - 1].n_dims = 3;
+    }
+    return rc;
 }
 
 /* The tensors of a llama-family model, in the order converters write them. */
@@ -136,10 +159,27 @@ static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t
             rc |= add_spec(c, cap, BLK("attn_v.bias"), type, n_kv, 0, FILL_BIAS);
         }
         rc |= add_spec(c, cap, BLK("attn_output.weight"), type, n_q, p->n_embd, FILL_MATRIX);
+        if (p->qk_norm) {
+            rc |= add_spec(c, cap, BLK("attn_q_norm.weight"), type, head_dim, 0, FILL_NORM);
+            rc |= add_spec(c, cap, BLK("attn_k_norm.weight"), type, head_dim, 0, FILL_NORM);
+        }
         rc |= add_spec(c, cap, BLK("ffn_norm.weight"), type, p->n_embd, 0, FILL_NORM);
-        rc |= add_spec(c, cap, BLK("ffn_gate.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
-        rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
-        rc |= add_spec(c, cap, BLK("ffn_down.weight"), type, p->n_ff, p->n_embd, FILL_MATRIX);
+        if (p->n_expert > 0) {
+            /* the router stays F32, as converters write it and quantizers
+             * leave it */
+            rc |= add_spec(c, cap, BLK("ffn_gate_inp.weight"), STRATA_TYPE_F32, p->n_embd,
+                           p->n_expert, FILL_MATRIX);
+            rc |= add_experts(c, cap, BLK("ffn_gate_exps.weight"), type, p->n_embd, p->n_ff_exp,
+                              p->n_expert);
+            rc |= add_experts(c, cap, BLK("ffn_up_exps.weight"), type, p->n_embd, p->n_ff_exp,
+                              p->n_expert);
+            rc |= add_experts(c, cap, BLK("ffn_down_exps.weight"), type, p->n_ff_exp, p->n_embd,
+                              p->n_expert);
+        } else {
+            rc |= add_spec(c, cap, BLK("ffn_gate.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
+            rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
+            rc |= add_spec(c, cap, BLK("ffn_down.weight"), type, p->n_ff, p->n_embd, FILL_MATRIX);
+        }
 #undef BLK
     }
     if (rc == 0) rc = add_spec(c, cap, "output_norm.weight", type, p->n_embd, 0, FILL_NORM);
@@ -166,7 +206,7 @@ static void fill_rows(void *ctx, int i_thread, int n_threads)
     const tensor_spec *s = j->s;
     float *row = j->c->rows + (size_t)i_thread * (size_t)j->c->row_cap;
     int64_t begin, end;
-    strata_split_range(s->ne[1], i_thread, n_threads, &begin, &end);
+    strata_split_range(s->ne[1] * s->ne[2], i_thread, n_threads, &begin, &end);
     for (int64_t r = begin; r < end; r++) {
         uint64_t x = j->c->seed ^ (j->i_tensor << 40) ^ (uint64_t)r;
         strata_rng rng;
@@ -340,6 +380,11 @@ static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, str
     ARCH_U32("rope.dimension_count", p->n_embd / p->n_head);
     ARCH_F32("rope.freq_base", p->rope_freq_base);
     ARCH_F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    if (p->n_expert > 0) {
+        ARCH_U32("expert_count", p->n_expert);
+        ARCH_U32("expert_used_count", p->n_expert_used);
+        ARCH_U32("expert_feed_forward_length", p->n_ff_exp);
+    }
 #undef ARCH_U32
 #undef ARCH_F32
     return rc;
@@ -367,6 +412,7 @@ int model_make(const model_make_opts *o, strata_err *err)
     size_t cap = 8 + (size_t)p->n_layer * 16;
     c.specs = calloc(cap, sizeof(*c.specs));
     c.row_cap = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
+    if (p->n_ff_exp > c.row_cap) c.row_cap = p->n_ff_exp;
     int n_threads = o->n_threads > 0 ? o->n_threads : 1;
     c.pool = strata_pool_new(n_threads);
     c.rows = malloc((size_t)n_threads * (size_t)c.row_cap * sizeof(float));
@@ -380,7 +426,8 @@ int model_make(const model_make_opts *o, strata_err *err)
         const tensor_spec *s = &c.specs[i];
         rc = gguf_writer_add_tensor_fill(w, s->name, s->type, s->n_dims, s->ne, fill_tensor, &c,
                                          err);
-        c.n_total_bytes += strata_type_row_bytes(s->type, s->ne[0]) * (uint64_t)s->ne[1];
+        c.n_total_bytes +=
+            strata_type_row_bytes(s->type, s->ne[0]) * (uint64_t)s->ne[1] * (uint64_t)s->ne[2];
     }
     if (rc == 0) {
         if (!o->quiet && c.n_fallback > 0) {

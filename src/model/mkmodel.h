@@ -1,6 +1,7 @@
 /* Random-weight models of known shapes, written as ordinary GGUF files:
  * for tests (the `tiny` preset), and for benchmarks at real sizes
- * (`llama-1b`, `qwen-0.5b`) without downloading weights.
+ * (`llama-1b`, `qwen-0.5b`, the mixture of experts `moe-1b-7b`) without
+ * downloading weights.
  *
  * Weights are seeded: the same preset, type and seed give the same bytes,
  * whatever the thread count: each row of each tensor draws from its own
@@ -16,7 +17,7 @@
 
 typedef struct model_preset {
     const char *name;
-    const char *arch;    /* llama, qwen2 */
+    const char *arch;    /* llama, qwen2, qwen3moe */
     const char *about;   /* one line for --help */
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff;
     int64_t n_vocab;     /* with the built-in vocabulary; --vocab-from overrides */
@@ -25,6 +26,10 @@ typedef struct model_preset {
     double rms_eps;
     bool qkv_bias;       /* q/k/v projections carry biases (qwen2) */
     bool tied_output;    /* no output.weight: logits use token_embd */
+    bool qk_norm;        /* per-head q/k norms (qwen3, qwen3moe) */
+    /* mixture of experts (qwen3moe): n_expert > 0 replaces the FFN by a
+     * router and n_expert experts of FFN n_ff_exp, n_expert_used per token */
+    int64_t n_expert, n_expert_used, n_ff_exp;
 } model_preset;
 
 /* The preset called name, or NULL. */

@@ -266,6 +266,12 @@ static size_t matrices(model *m, model_matrix **out, size_t cap)
         ADD(&l->ffn_gate);
         ADD(&l->ffn_up);
         ADD(&l->ffn_down);
+        if (l->experts != NULL) {
+            /* each expert's slab is a matrix of its own */
+            ADD(&l->ffn_gate_inp);
+            for (int64_t i = 0; i < m->hp.n_expert * 3; i++)
+                ADD(&m->expert_slots[il * m->hp.n_expert * 3 + i]);
+        }
     }
 #undef ADD
     return n;
@@ -408,6 +414,8 @@ int model_load(model **out, gguf *g, strata_err *err)
     }
     if (rc == 0) rc = bind_all(m, err);
     if (rc == 0) rc = pack_all(m, err);
+    for (int64_t il = 0; rc == 0 && m->hp.n_expert > 0 && il < m->hp.n_layer; il++)
+        rc = model_moe_unify(g, &m->hp, il, &m->layers[il], err);
     if (rc != 0) {
         packed_free(m->packed, m->packed_map);
         free(m->expert_slots);

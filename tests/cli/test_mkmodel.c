@@ -10,10 +10,13 @@
 
 #include "gguf/gguf.h"
 #include "model/mkmodel.h"
+#include "model/model.h"
+#include "tensor/pack.h"
 #include "run.h"
 #include "tensor/quant.h"
 #include "testdata.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,7 +233,95 @@ static void test_presets_are_the_documented_shapes(void **state)
     assert_int_equal(p->n_head_kv, 2);
     assert_int_equal(p->n_ff, 4864);
     assert_true(p->qkv_bias);
+    p = model_preset_find("moe-1b-7b");
+    assert_non_null(p);
+    assert_string_equal(p->arch, "qwen3moe");
+    assert_int_equal(p->n_embd, 2048);
+    assert_int_equal(p->n_layer, 16);
+    assert_int_equal(p->n_expert, 64);
+    assert_int_equal(p->n_expert_used, 8);
+    assert_int_equal(p->n_ff_exp, 1024);
+    assert_true(p->qk_norm);
     assert_null(model_preset_find("nope"));
+}
+
+/* A mixture of experts as moe-1b-7b's code path writes it, in a small
+ * shape: 3-D expert tensors in the asked type, an F32 router, q/k norms and
+ * the expert keys, which Strata loads (the experts repacked) and runs; and
+ * `strata bench` counts only the used experts in a step's bytes. */
+static void test_moe_file(void **state)
+{
+    (void)state;
+    model_preset p = *model_preset_find("moe-1b-7b");
+    p.name = "moe-small";
+    p.n_embd = 256;
+    p.n_layer = 2;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_vocab = 512;
+    p.n_expert = 8;
+    p.n_expert_used = 2;
+    p.n_ff_exp = 128;
+    p.n_ff = 128;
+    char path[4200];
+    scratch(path, sizeof(path), "moe-small.gguf");
+    model_make_opts o = {.preset = &p, .type = STRATA_TYPE_Q8_0, .seed = 3, .out_path = path,
+                         .quiet = true, .n_threads = 2};
+    strata_err err;
+    if (model_make(&o, &err) != 0) fail_msg("model_make: %s", err.msg);
+
+    gguf *g = open_ok(path);
+    int64_t v;
+    assert_int_equal(gguf_get_int(g, "qwen3moe.expert_count", &v, NULL), 0);
+    assert_int_equal(v, 8);
+    assert_int_equal(gguf_get_int(g, "qwen3moe.expert_used_count", &v, NULL), 0);
+    assert_int_equal(v, 2);
+    const gguf_tensor *up = gguf_find_tensor(g, "blk.1.ffn_up_exps.weight");
+    assert_non_null(up);
+    assert_int_equal(up->n_dims, 3);
+    assert_int_equal(up->ne[0], 256);
+    assert_int_equal(up->ne[1], 128);
+    assert_int_equal(up->ne[2], 8);
+    assert_int_equal(up->type, STRATA_TYPE_Q8_0);
+    const gguf_tensor *down = gguf_find_tensor(g, "blk.0.ffn_down_exps.weight");
+    assert_non_null(down);
+    assert_int_equal(down->ne[0], 128);
+    assert_int_equal(down->ne[1], 256);
+    const gguf_tensor *router = gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight");
+    assert_non_null(router);
+    assert_int_equal(router->type, STRATA_TYPE_F32);
+    assert_non_null(gguf_find_tensor(g, "blk.0.attn_k_norm.weight"));
+    assert_null(gguf_find_tensor(g, "blk.0.ffn_up.weight"));
+    /* the last expert's rows are drawn too */
+    const char *last = (const char *)up->data + up->n_bytes - 34;
+    bool any = false;
+    for (int i = 0; i < 34; i++) any |= last[i] != 0;
+    assert_true(any);
+    uint64_t expert_bytes = 0, embd_bytes = gguf_find_tensor(g, "token_embd.weight")->n_bytes;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (strstr(g->tensors[i].name, "_exps.") != NULL) expert_bytes += g->tensors[i].n_bytes;
+    gguf_close(g);
+
+    model *m = NULL;
+    if (model_open(&m, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(m->hp.n_expert, 8);
+    assert_true((m->layers[1].experts[7 * 3 + 2].type & TENSOR_PACKED) != 0);
+    model_close(m);
+
+    const char *argv[] = {STRATA_BIN, "bench", "-m", path, "-p", "0", "-n", "2", "-r", "1",
+                          "--json", NULL};
+    run_result r;
+    assert_int_equal(run_capture(argv, &r), 0);
+    if (r.status != 0) fail_msg("bench failed: %s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    if (j == NULL) fail_msg("not one JSON object: %s\n%s", je.text, r.out);
+    const uint64_t size = (uint64_t)json_integer_value(json_object_get(j, "size_bytes"));
+    const uint64_t step = (uint64_t)json_integer_value(json_object_get(j, "decode_bytes"));
+    /* all but the embedding table and 6 of each layer's 8 experts */
+    assert_int_equal(step, size - embd_bytes - expert_bytes / 8 * 6);
+    json_decref(j);
+    run_result_free(&r);
 }
 
 int main(void)
@@ -241,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_builtin_and_copied_vocabulary),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_presets_are_the_documented_shapes),
+        cmocka_unit_test(test_moe_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

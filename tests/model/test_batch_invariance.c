@@ -8,9 +8,10 @@
  * tied output (qwen2), F16 with per-head q/k norms (qwen3), F32 (stories,
  * head size 8), and Q8_0 gemma3 (a sliding window of 8 in layer 0, with
  * its masking in tiles that start inside or before the window), and Q8_0
- * qwen3moe (experts run over the tokens that chose them, so a token's
- * expert products share a call with whatever else the batch routed
- * there). */
+ * qwen3moe, Q4_K_M qwen3moe and Q8_0 gpt-oss (experts run over the tokens
+ * that chose them, so a token's expert products share a dispatch with
+ * whatever else the batch routed there; repacked experts, Q6_K among them,
+ * expert biases and the clamped activation). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -259,6 +260,18 @@ static void test_qwen3moe_q8_0(void **state)
     check_model("golden/models/qwen3moe-Q8_0.gguf", 16);
 }
 
+static void test_qwen3moe_q4_k_m(void **state)
+{
+    (void)state;
+    check_model("golden/models/qwen3moe-Q4_K_M.gguf", 17);
+}
+
+static void test_gptoss_q8_0(void **state)
+{
+    (void)state;
+    check_model("golden/models/gpt-oss-Q8_0.gguf", 18);
+}
+
 static void test_stories_f32(void **state)
 {
     (void)state;
@@ -274,6 +287,8 @@ int main(void)
         cmocka_unit_test(test_stories_f32),
         cmocka_unit_test(test_gemma3_q8_0),
         cmocka_unit_test(test_qwen3moe_q8_0),
+        cmocka_unit_test(test_qwen3moe_q4_k_m),
+        cmocka_unit_test(test_gptoss_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

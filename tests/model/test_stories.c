@@ -207,9 +207,33 @@ static void test_release_scratch(void **state)
     model_close(m);
 }
 
+/* The same with a mixture of experts, whose per-slot buffers are given
+ * back too. */
+static void test_release_scratch_moe(void **state)
+{
+    (void)state;
+    model *m = NULL;
+    MT_OPEN(m, "golden/models/qwen3moe-Q4_K_M.gguf");
+    const int32_t prompt[] = {1, 403, 407, 261, 378, 429, 267, 385, 261, 350, 284, 106};
+    const int64_t n = sizeof(prompt) / sizeof(prompt[0]);
+    const int64_t n_vocab = m->hp.n_vocab;
+    float *a = malloc((size_t)(n * n_vocab) * sizeof(float));
+    float *b = malloc((size_t)(n * n_vocab) * sizeof(float));
+    model_ctx *ctx = mt_ctx(m, 64, 1, 2, 0);
+    mt_eval(ctx, 0, prompt, n, a);
+    model_ctx_release_scratch(ctx);
+    mt_eval(ctx, 0, prompt, n, b);
+    assert_memory_equal(a, b, (size_t)(n * n_vocab) * sizeof(float));
+    model_ctx_free(ctx);
+    free(a);
+    free(b);
+    model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release_scratch_moe),
         cmocka_unit_test(test_greedy_256_from_bos),
         cmocka_unit_test(test_llama_cpp_greedy_prompts),
         cmocka_unit_test(test_llama2_tiny_random),
