@@ -1269,6 +1269,21 @@ static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_
         draft_add(e, r, row + r->d_len, r->d_len, take, false, &n_b);
         budget -= take;
     }
+    /* a forward runs anyway: the other decoding sequences catch up in it
+     * too (a few tokens each, nearly free in a pass that streams the
+     * weights once), so that they can draft at once when they may again */
+    for (int i = 0; i < n && budget > 0 && n_b > 0; i++) {
+        engine_req *r = ord[i];
+        if (r->slot < 0 || !r->spec || r->d_cap > 0 || r->d_lagging || r->state != REQ_DECODE) {
+            continue;
+        }
+        int64_t lag = r->n_prompt + r->n_gen - r->d_len;
+        int64_t take = lag < budget ? lag : budget;
+        if (take <= 0) continue;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        draft_add(e, r, row + r->d_len, r->d_len, take, false, &n_b);
+        budget -= take;
+    }
     if (n_b == 0) return;
     /* every sequence of the batch holds its fed tokens once it ran */
     if (!draft_forward(e, n_b)) return;

@@ -104,6 +104,7 @@ void spec_throttle_round(spec_throttle *t, bool accepted_any)
     if (accepted_any) {
         t->fails = 0;
         t->pause = 0;
+        t->skip = 0;
         return;
     }
     if (++t->fails < SPEC_THROTTLE_FAILS) return;
