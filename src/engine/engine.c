@@ -1686,8 +1686,9 @@ static void progress_batch_built(engine *e, int64_t n_b)
 static int64_t run_step(engine *e, proto_buf *out)
 {
     admit_queued(e, out);
-    plan_step(e);
+    /* before planning: the draft model's passes run there */
     const double t_start = strata_clock_ms();
+    plan_step(e);
 
     /* the batch: decoding sequences first, one token each */
     int64_t n_b = 0, n_logits = 0, n_embd_rows = 0;
