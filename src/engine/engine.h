@@ -91,10 +91,11 @@
  * penalties look at generated tokens only, and nothing else depends on
  * where a prompt's KV came from.
  *
- * Speculative decoding (draft_ngram). In step 3 each decoding sequence
- * of a gen that did not opt out (`speculative` false) may add draft
- * tokens after its pending token: up to draft_max from the n-gram source
- * (spec.h), never more than it may still generate, and only
+ * Speculative decoding (draft_ngram or draft_model). In step 3 each
+ * decoding sequence of a gen that did not opt out (`speculative` false)
+ * may add draft tokens after its pending token: up to draft_max from the
+ * n-gram source (spec.h) or the draft model (below), never more than it
+ * may still generate, and only
  * from what the step leaves over (token budget and free KV blocks after
  * every request's normal share: drafts never delay a prefill or preempt
  * anything). Logits are asked for the pending token and every draft. In
