@@ -20,9 +20,11 @@
 #       realistic high-acceptance pair; U: a smaller model of other weights
 #       with the target's vocabulary (mkmodel --vocab-from): acceptance near
 #       0, the cost of drafts that fail (the throttle's case)
+#       each draft with --draft-max 4 and every --p-min value (default
+#       0.5 and 0)
 #   --llama-server BIN (or $LLAMA_SERVER)   the pair suite on llama-server
 #       too: without a draft, and with `--model-draft F --draft-max 4
-#       --draft-p-min 0.5` for D (and U), over HTTP on 127.0.0.1, each
+#       --draft-p-min P` for D (and U), over HTTP on 127.0.0.1, each
 #       request bounded by --timeout seconds
 #
 #   python3 bench/spec_decode.py --strata build/strata -t 4 \
@@ -83,12 +85,12 @@ def run_engine(strata, model, threads, extra, jobs, timeout_s):
     return out
 
 
-def run_llama(server, target, threads, draft, jobs, timeout_s):
+def run_llama(server, target, threads, draft, p_min, jobs, timeout_s):
     port = benchlib.free_port()
     argv = [server, "-m", target, "-t", str(threads), "-c", "4096", "-np", "1",
             "--host", "127.0.0.1", "--port", str(port)]
     if draft is not None:
-        argv += ["--model-draft", draft, "--draft-max", "4", "--draft-p-min", "0.5",
+        argv += ["--model-draft", draft, "--draft-max", "4", "--draft-p-min", str(p_min),
                  "-td", str(threads)]
     benchlib.start("llama-server", argv, port)
     out = []
@@ -179,13 +181,16 @@ def tokenize(strata, model, text):
 
 def pair_suite(a):
     jobs = [(tokenize(a.strata, a.target, p), a.max_tokens) for p in PAIR_PROMPTS]
-    drafts = [("none", None), ("model " + os.path.basename(a.draft), a.draft)]
-    if a.unrelated:
-        drafts.append(("model " + os.path.basename(a.unrelated), a.unrelated))
+    p_mins = [float(x) for x in a.p_min.split(",")]
+    drafts = [("none", None, None)]
+    for path in (a.draft, a.unrelated):
+        if path:
+            for p in p_mins:
+                drafts.append(("%s, p-min %g" % (os.path.basename(path), p), path, p))
     rows = []
     ref = None
-    for label, path in drafts:
-        extra = ["--draft-model", path] if path else []
+    for label, path, p in drafts:
+        extra = ["--draft-model", path, "--draft-max", "4", "--draft-p-min", str(p)] if path else []
         got = best_of(a.repeat, lambda: run_engine(a.strata, a.target, a.threads, extra, jobs,
                                                    a.timeout))
         if ref is None:
@@ -194,13 +199,12 @@ def pair_suite(a):
             check_same("pair", label, ref, got)
         rows.append(("decode", "strata", label, got))
     if a.llama_server:
-        for label, path in drafts:
+        for label, path, p in drafts:
             got = best_of(a.repeat, lambda: run_llama(a.llama_server, a.target, a.threads, path,
-                                                      jobs, a.timeout))
+                                                      p, jobs, a.timeout))
             rows.append(("decode", "llama.cpp", label, got))
-    table("%s as target (%d tokens per request, %d prompts, %d threads; draft-max 4, "
-          "draft-p-min 0.5)" % (os.path.basename(a.target), a.max_tokens, len(jobs), a.threads),
-          rows)
+    table("%s as target (%d tokens per request, %d prompts, %d threads; draft-max 4)" %
+          (os.path.basename(a.target), a.max_tokens, len(jobs), a.threads), rows)
 
 
 def main():
@@ -214,6 +218,10 @@ def main():
     ap.add_argument("--unrelated", help="a smaller draft of other weights, same vocabulary")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                     help="llama-server binary for the comparison (default $LLAMA_SERVER)")
+    ap.add_argument("--p-min", default="0.5,0",
+                    help="draft-p-min values of the draft-model suite, comma-separated (a "
+                         "random-weight model's softmax rarely reaches 0.5: 0 shows its "
+                         "acceptance)")
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each task (best is kept)")

@@ -297,6 +297,12 @@ static int init_draft(engine *e, const engine_params *p, int64_t step_blocks, st
     if (!e->d_tok || !e->d_seq || !e->d_pos || !e->d_want || !e->d_logits || !e->d_reqs) {
         return strata_err_set(err, STRATA_ENOMEM, "engine: out of memory for the draft's buffers");
     }
+    const int64_t d_block_bytes = e->dkv->n_layer *
+                                  (int64_t)(e->dkv->k_block_bytes + e->dkv->v_block_bytes);
+    LOG_INFO("engine: draft model's KV: %" PRId64 " positions (%d slots), at most %.1f MiB, %s",
+             (int64_t)e->dkv->n_blocks * bt, e->n_slots,
+             (double)(d_block_bytes * e->dkv->n_blocks) / (1024.0 * 1024.0),
+             e->kv_resident ? "committed as written" : "elastic as the target's pool");
     return 0;
 }
 
@@ -1236,7 +1242,8 @@ static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_
         int64_t cap = spec_cap(e, r, tok_left);
         if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
         int64_t len = r->n_prompt + r->n_gen;
-        int64_t lag = len - r->d_len;
+        int64_t lag = len - r->d_len; /* >= 1: the pending token is never in it */
+        if (lag <= 0) continue;       /* (so this cannot happen) */
         if (lag > budget) {
             r->d_lagging = true; /* fed below as far as the budget goes; drafts later */
             continue;
