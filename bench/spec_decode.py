@@ -24,7 +24,8 @@
 #       0.5 and 0)
 #   --llama-server BIN (or $LLAMA_SERVER)   the pair suite on llama-server
 #       too: without a draft, and with `--model-draft F --draft-max 4
-#       --draft-p-min P` for D (and U), over HTTP on 127.0.0.1, each
+#       --draft-p-min P` for D (and U; `--spec-draft-n-max 4` where the
+#       binary has renamed --draft-max), over HTTP on 127.0.0.1, each
 #       request bounded by --timeout seconds
 #
 #   python3 bench/spec_decode.py --strata build/strata -t 4 \
@@ -85,12 +86,25 @@ def run_engine(strata, model, threads, extra, jobs, timeout_s):
     return out
 
 
+_draft_max_flag = {}
+
+
+def draft_max_flag(server):
+    """llama-server's name for the most drafted tokens: --draft-max, which
+    newer versions replaced with --spec-draft-n-max."""
+    if server not in _draft_max_flag:
+        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+        _draft_max_flag[server] = ("--spec-draft-n-max" if "--spec-draft-n-max" in h.stdout + h.stderr
+                                   else "--draft-max")
+    return _draft_max_flag[server]
+
+
 def run_llama(server, target, threads, draft, p_min, jobs, timeout_s):
     port = benchlib.free_port()
     argv = [server, "-m", target, "-t", str(threads), "-c", "4096", "-np", "1",
             "--host", "127.0.0.1", "--port", str(port)]
     if draft is not None:
-        argv += ["--model-draft", draft, "--draft-max", "4", "--draft-p-min", str(p_min),
+        argv += ["--model-draft", draft, draft_max_flag(server), "4", "--draft-p-min", str(p_min),
                  "-td", str(threads)]
     benchlib.start("llama-server", argv, port)
     out = []
