@@ -1213,11 +1213,13 @@ static bool draft_pick(const engine *e, const float *row, int32_t *tok)
     }
     *tok = (int32_t)best;
     if (!(e->draft_p_min > 0.0f)) return true;
-    /* p = exp(l_best) / sum exp(l_t) = 1 / sum exp(l_t - l_best) */
+    /* p = exp(l_best) / sum exp(l_t) = 1 / sum exp(l_t - l_best) >= p_min
+     * iff the sum stays <= 1 / p_min: the scan stops once it is past that
+     * (a flat softmax is refused after a few terms) */
+    const double limit = 1.0 / (double)e->draft_p_min, mx = (double)row[best];
     double sum = 0.0;
-    const double mx = (double)row[best];
-    for (int64_t t = 0; t < e->n_vocab; t++) sum += exp((double)row[t] - mx);
-    return 1.0 / sum >= (double)e->draft_p_min;
+    for (int64_t t = 0; t < e->n_vocab && sum <= limit; t++) sum += exp((double)row[t] - mx);
+    return sum <= limit;
 }
 
 /* The draft model's proposals for this step (engine.h "Draft model"), ord

@@ -550,7 +550,7 @@ static void test_model_random_pairs(void **state)
     et_collect *ref = run_jobs(g_tiny, &plain, jobs, n);
     et_collect *ref1 = run_jobs(g_tiny, &plain, jobs, 1); /* alone */
     const struct { const model *draft; int slots; int64_t batch; int threads; float p_min; } cfg[] = {
-        {g_tiny_q4, 4, 32, 1, -1.0f}, {g_tiny_q4, 1, 7, 2, -1.0f}, {g_tiny_q4, 8, 256, 2, -1.0f},
+        {g_tiny_q4, 4, 32, 1, -1.0f}, {g_tiny_q4, 1, 7, 1, -1.0f}, {g_tiny_q4, 8, 256, 2, -1.0f},
         {g_tiny_other, 4, 32, 1, -1.0f}, {g_tiny_other, 3, 5, 1, -1.0f},
     };
     for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
