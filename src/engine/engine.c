@@ -1243,6 +1243,7 @@ static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_
         if (r->slot < 0 || !r->spec || r->state != REQ_DECODE || r->step_n != 1) continue;
         int64_t cap = spec_cap(e, r, tok_left);
         if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
+        cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
         int64_t len = r->n_prompt + r->n_gen;
         int64_t lag = len - r->d_len; /* >= 1: the pending token is never in it */
         if (lag <= 0) continue;       /* (so this cannot happen) */
@@ -1396,6 +1397,7 @@ static void plan_step(engine *e)
         int64_t len = r->n_prompt + r->n_gen; /* positions after this step without drafts */
         int64_t cap = spec_cap(e, r, tok_left);
         if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
+        cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
         int n_draft = spec_ngram_draft(row, len, r->draft, (int)cap, e->draft_min, e->draft_p_min);
         int64_t extra = 0;

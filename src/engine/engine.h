@@ -143,8 +143,9 @@
  * rounds in a row with no draft accepted (a draft model's round that
  * proposed nothing counts: its draft forwards cost time), a sequence
  * drafts nothing for a pause of steps that starts at SPEC_THROTTLE_MIN
- * and doubles with each further failed round up to SPEC_THROTTLE_MAX; an
- * accepted draft ends the pause cycle. The state is the sequence's own
+ * and doubles with each further failed round up to SPEC_THROTTLE_MAX,
+ * and each failed round halves the next round's drafts (down to one, or
+ * draft_min); an accepted draft ends the cycle. The state is the sequence's own
  * and changes only how many tokens a step may send, never which.
  *
  * Progress. Each step publishes what `pong` reports (protocol.h): steps

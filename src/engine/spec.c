@@ -99,6 +99,15 @@ bool spec_throttle_skip(spec_throttle *t)
     return true;
 }
 
+int64_t spec_throttle_cap(const spec_throttle *t, int64_t cap, int min_draft)
+{
+    int shift = t->fails < 8 ? t->fails : 8;
+    int64_t c = cap >> shift;
+    if (c < 1) c = 1;
+    if (c < min_draft) c = min_draft;
+    return c < cap ? c : cap;
+}
+
 void spec_throttle_round(spec_throttle *t, bool accepted_any)
 {
     if (accepted_any) {

@@ -35,7 +35,8 @@
  * ran the draft for nothing); it fails when no draft is accepted. After
  * SPEC_THROTTLE_FAILS failed rounds in a row each further failed round
  * starts a pause of `pause` steps without drafts, doubling from
- * SPEC_THROTTLE_MIN to SPEC_THROTTLE_MAX; an accepted draft resets it. A
+ * SPEC_THROTTLE_MIN to SPEC_THROTTLE_MAX, and every failed round halves
+ * the drafts of the next (spec_throttle_cap); an accepted draft resets it. A
  * zeroed struct is the initial state. It depends only on the rounds of
  * its own sequence. */
 #define SPEC_THROTTLE_FAILS 2
@@ -51,6 +52,11 @@ typedef struct spec_throttle {
 /* Called once per step in which the sequence could draft: true when it is
  * paused (the step then drafts nothing and counts towards the pause). */
 bool spec_throttle_skip(spec_throttle *t);
+
+/* The most drafts a round may propose, from the cap it would have: halved
+ * for each failed round in a row (so 4, then 2, then 1: a failing round
+ * costs one draft token), never below min_draft. */
+int64_t spec_throttle_cap(const spec_throttle *t, int64_t cap, int min_draft);
 
 /* The outcome of a round: accepted_any false for a failed one. */
 void spec_throttle_round(spec_throttle *t, bool accepted_any);

@@ -647,8 +647,17 @@ static void test_throttle(void **state)
                  spec_throttle_skip(&t) && spec_throttle_skip(&t) && spec_throttle_skip(&t) &&
                  spec_throttle_skip(&t) && spec_throttle_skip(&t) && spec_throttle_skip(&t));
     t = (spec_throttle){0};
+    assert_int_equal(spec_throttle_cap(&t, 4, 1), 4);
+    assert_int_equal(spec_throttle_cap(&t, 3, 1), 3);
     spec_throttle_round(&t, false);
     assert_false(spec_throttle_skip(&t));
+    /* one failure halves the next round's drafts, two leave one (or draft_min) */
+    assert_int_equal(spec_throttle_cap(&t, 4, 1), 2);
+    spec_throttle round2 = t;
+    spec_throttle_round(&round2, false);
+    assert_int_equal(spec_throttle_cap(&round2, 4, 1), 1);
+    assert_int_equal(spec_throttle_cap(&round2, 16, 3), 4);
+    assert_int_equal(spec_throttle_cap(&round2, 2, 3), 2);
     spec_throttle_round(&t, true);
     spec_throttle_round(&t, false);
     assert_false(spec_throttle_skip(&t)); /* the failures must be in a row */
