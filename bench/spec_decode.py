@@ -1,36 +1,76 @@
 #!/usr/bin/env python3
-# Speculative decoding with n-gram drafts: decode tokens/s with and without
-# `--draft-ngram`, and the acceptance rate, from the engine's own `done`
-# statistics (predicted_n / predicted_ms, draft_n / draft_accepted_n).
+# Speculative decoding, measured: decode tokens/s with and without drafts, and the
+# acceptance rate, from the engine's own `done` statistics (predicted_n /
+# predicted_ms, draft_n / draft_accepted_n); optionally llama.cpp's
+# llama-server on the same model pair.
 #
 # One `strata engine` per configuration, driven over its pipes; requests run
 # one at a time (single-stream decode, where speculation matters most), all
-# greedy, so both configurations produce the same tokens (checked).
-# Tasks:
-#   stories  the golden prompts of stories260K, max_tokens each
-#   echo     each prompt followed by its greedy story and the prompt again:
-#            the model re-tells text it has just seen (input echo), where
-#            n-gram drafts shine
+# greedy with ignore_eos, so every configuration produces the same tokens
+# (checked: a difference is an exactness bug and stops the script).
 #
-#   python3 bench/spec_decode.py --strata build/strata \
-#       --model DATA/models/stories260K.gguf \
-#       --golden DATA/golden/stories260K-greedy.json [-t 1] [--max-tokens 256]
-import argparse, json, subprocess, sys
+# Suites (each runs when its options are given):
+#   --stories MODEL --golden GOLDEN   stories260K, n-gram drafts:
+#       stories  the golden prompts, max_tokens each
+#       echo     input echo: each prompt, a 300-token text made of golden
+#                stories, and the prompt again: the model re-tells the text
+#                it has just read, where n-gram drafts shine
+#   --target T --draft D [--unrelated U]   a target with draft models:
+#       D: the target's weights quantized coarser (same mkmodel seed): the
+#       realistic high-acceptance pair; U: a smaller model of other weights
+#       with the target's vocabulary (mkmodel --vocab-from): acceptance near
+#       0, the cost of drafts that fail (the throttle's case)
+#       each draft with --draft-max 4 and every --p-min value (default
+#       0.5 and 0)
+#   --llama-server BIN (or $LLAMA_SERVER)   the pair suite on llama-server
+#       too: without a draft, and with `--model-draft F --draft-max 4
+#       --draft-p-min P` for D (and U; `--spec-draft-n-max 4` where the
+#       binary has renamed --draft-max), over HTTP on 127.0.0.1, each
+#       request bounded by --timeout seconds
+#
+#   python3 bench/spec_decode.py --strata build/strata -t 4 \
+#       --stories DATA/models/stories260K.gguf \
+#       --golden DATA/golden/stories260K-greedy.json \
+#       --target MODELS/llama-1b-Q8_0.gguf --draft MODELS/llama-1b-Q4_0.gguf \
+#       --unrelated MODELS/qwen-0.5b-llamavocab-Q4_0.gguf \
+#       --llama-server LLAMA_CPP/build/bin/llama-server
+import argparse, json, os, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+# The pair suite's prompts: plain English, tokenized by the target's own
+# tokenizer (`strata tokenize --ids`), so that they are valid ids whatever
+# the vocabulary.
+PAIR_PROMPTS = [
+    "The history of the printing press begins in the fifteenth century, when",
+    "Here is a short guide to keeping a vegetable garden healthy through the summer:",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+]
 
 
-def run_engine(strata, model, threads, extra, jobs):
-    argv = [strata, "engine", "-m", model, "-t", str(threads), "--slots", "1"] + extra
+def run_engine(strata, model, threads, extra, jobs, timeout_s):
+    argv = [strata, "engine", "-m", model, "-t", str(threads), "--slots", "1",
+            "--ctx", "4096"] + extra
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
-    json.loads(p.stdout.readline())  # ready
+                         stderr=subprocess.PIPE, text=True, bufsize=1)
+    first = p.stdout.readline()
+    if not first:
+        sys.exit("strata engine %s failed to start: %s" % (" ".join(extra), p.stderr.read()))
+    json.loads(first)  # ready
     out = []
+    t0 = time.time()
     for i, (toks, max_tokens) in enumerate(jobs):
         p.stdin.write(json.dumps({"op": "gen", "id": i + 1, "tokens": toks,
                                   "max_tokens": max_tokens, "ignore_eos": True,
                                   "sampling": {"temperature": 0}}) + "\n")
         got = []
         while True:
-            m = json.loads(p.stdout.readline())
+            line = p.stdout.readline()
+            if not line:
+                sys.exit("strata engine died: %s" % p.stderr.read())
+            m = json.loads(line)
             if m["op"] == "tok":
                 got += m["tokens"]
             elif m["op"] in ("done", "err"):
@@ -38,8 +78,50 @@ def run_engine(strata, model, threads, extra, jobs):
                     sys.exit("engine error: %s" % m["message"])
                 out.append((got, m["stats"]))
                 break
+            if time.time() - t0 > timeout_s * len(jobs):
+                p.kill()
+                sys.exit("strata engine: over %d s" % (timeout_s * len(jobs)))
     p.stdin.close()
-    p.wait(timeout=30)
+    p.wait(timeout=60)
+    return out
+
+
+_draft_max_flag = {}
+
+
+def draft_max_flag(server):
+    """llama-server's name for the most drafted tokens: --draft-max, which
+    newer versions replaced with --spec-draft-n-max."""
+    if server not in _draft_max_flag:
+        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+        _draft_max_flag[server] = ("--spec-draft-n-max" if "--spec-draft-n-max" in h.stdout + h.stderr
+                                   else "--draft-max")
+    return _draft_max_flag[server]
+
+
+def run_llama(server, target, threads, draft, p_min, jobs, timeout_s):
+    port = benchlib.free_port()
+    argv = [server, "-m", target, "-t", str(threads), "-c", "4096", "-np", "1",
+            "--host", "127.0.0.1", "--port", str(port)]
+    if draft is not None:
+        argv += ["--model-draft", draft, draft_max_flag(server), "4", "--draft-p-min", str(p_min),
+                 "-td", str(threads)]
+    benchlib.start("llama-server", argv, port)
+    out = []
+    try:
+        for toks, max_tokens in jobs:
+            st, raw = benchlib.request(port, "POST", "/completion",
+                                       {"prompt": toks, "n_predict": max_tokens,
+                                        "temperature": 0, "top_k": 1, "ignore_eos": True,
+                                        "cache_prompt": False}, timeout_s)
+            if st != 200:
+                sys.exit("llama-server: status %d: %s" % (st, raw[:300]))
+            t = json.loads(raw)["timings"]
+            out.append((None, {"predicted_n": t["predicted_n"], "predicted_ms": t["predicted_ms"],
+                               "draft_n": t.get("draft_n", 0),
+                               "draft_accepted_n": t.get("draft_n_accepted", 0)}))
+    finally:
+        benchlib.stop_all()
     return out
 
 
@@ -51,42 +133,132 @@ def summary(res):
     return n, ms, drafted, acc
 
 
+def best_of(repeat, fn):
+    best = None
+    for _ in range(repeat):
+        res = fn()
+        n, ms, d, acc = summary(res)
+        if best is None or ms < best[1]:
+            best = (n, ms, d, acc, [g for g, _ in res])
+    return best
+
+
+def table(title, rows):
+    """rows: (task, engine, drafts, best) with best from best_of; speed-ups
+    are against the first row of the same task and engine."""
+    print("\n%s\n" % title)
+    print("| task | engine | drafts | decode tok/s | speed-up | drafted | accepted | acceptance |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    base = {}
+    for task, eng, label, (n, ms, d, acc, _) in rows:
+        tps = n * 1000.0 / ms if ms > 0 else 0.0
+        base.setdefault((task, eng), tps)
+        print("| %s | %s | %s | %.1f | %.2fx | %d | %d | %s |" % (
+            task, eng, label, tps, tps / base[(task, eng)] if base[(task, eng)] else 0.0, d, acc,
+            "%.0f %%" % (100.0 * acc / d) if d else "-"))
+    sys.stdout.flush()
+
+
+def check_same(task, label, ref, got):
+    if got[4] != ref[4]:
+        sys.exit("%s, %s: the tokens differ from those without drafts: not exact" % (task, label))
+
+
+def stories_suite(a):
+    results = json.load(open(a.golden))["results"]
+    pool = [t for r in results for t in r["gen_ids"]]
+    echo = []
+    for i, r in enumerate(results):
+        text = (pool[i * 97:] + pool)[:300]
+        echo.append((r["prompt_ids"] + text + r["prompt_ids"][1:], a.max_tokens))
+    tasks = {"stories": [(r["prompt_ids"], a.max_tokens) for r in results], "echo": echo}
+    rows = []
+    for name, jobs in tasks.items():
+        ref = None
+        for label, extra in (("none", []), ("ngram", ["--draft-ngram"])):
+            got = best_of(a.repeat, lambda: run_engine(a.strata, a.stories, a.threads, extra, jobs,
+                                                       a.timeout))
+            if ref is None:
+                ref = got
+            else:
+                check_same(name, label, ref, got)
+            rows.append((name, "strata", label, got))
+    table("stories260K, n-gram drafts (%d tokens per request, %d threads)" %
+          (a.max_tokens, a.threads), rows)
+
+
+def tokenize(strata, model, text):
+    out = subprocess.run([strata, "tokenize", "-m", model, "--ids", text], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    return [int(x) for x in out.split()]
+
+
+def pair_suite(a):
+    jobs = [(tokenize(a.strata, a.target, p), a.max_tokens) for p in PAIR_PROMPTS]
+    p_mins = [float(x) for x in a.p_min.split(",")]
+    drafts = [("none", None, None)]
+    for path in (a.draft, a.unrelated):
+        if path:
+            for p in p_mins:
+                drafts.append(("%s, p-min %g" % (os.path.basename(path), p), path, p))
+    rows = []
+    ref = None
+    for label, path, p in drafts:
+        extra = ["--draft-model", path, "--draft-max", "4", "--draft-p-min", str(p)] if path else []
+        got = best_of(a.repeat, lambda: run_engine(a.strata, a.target, a.threads, extra, jobs,
+                                                   a.timeout))
+        if ref is None:
+            ref = got
+        else:
+            check_same("pair", label, ref, got)
+        rows.append(("decode", "strata", label, got))
+    if a.llama_server:
+        for label, path, p in drafts:
+            got = best_of(a.repeat, lambda: run_llama(a.llama_server, a.target, a.threads, path,
+                                                      p, jobs, a.timeout))
+            rows.append(("decode", "llama.cpp", label, got))
+    table("%s as target (%d tokens per request, %d prompts, %d threads; draft-max 4)" %
+          (os.path.basename(a.target), a.max_tokens, len(jobs), a.threads), rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--strata", default="build/strata")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--golden", required=True)
+    ap.add_argument("--stories", help="stories260K.gguf: the n-gram suite")
+    ap.add_argument("--golden", help="stories260K-greedy.json (with --stories)")
+    ap.add_argument("--model", help="the same as --stories (older name)")
+    ap.add_argument("--target", help="the draft-model suite's target")
+    ap.add_argument("--draft", help="its draft of the same weights (with --target)")
+    ap.add_argument("--unrelated", help="a smaller draft of other weights, same vocabulary")
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
+                    help="llama-server binary for the comparison (default $LLAMA_SERVER)")
+    ap.add_argument("--p-min", default="0.5,0",
+                    help="draft-p-min values of the draft-model suite, comma-separated (a "
+                         "random-weight model's softmax rarely reaches 0.5: 0 shows its "
+                         "acceptance)")
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each task (best is kept)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per request at most")
     a = ap.parse_args()
-    results = json.load(open(a.golden))["results"]
-    tasks = {
-        "stories": [(r["prompt_ids"], a.max_tokens) for r in results],
-        "echo": [(r["prompt_ids"] + r["gen_ids"][:200] + r["prompt_ids"][1:], a.max_tokens)
-                 for r in results],
-    }
-    print("| task | drafts | decode tok/s | speed-up | drafted | accepted | acceptance |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, jobs in tasks.items():
-        base = None
-        for label, extra in (("none", []), ("ngram", ["--draft-ngram"])):
-            best = None
-            for _ in range(a.repeat):
-                res = run_engine(a.strata, a.model, a.threads, extra, jobs)
-                n, ms, d, acc = summary(res)
-                if best is None or ms < best[1]:
-                    best = (n, ms, d, acc, [g for g, _ in res])
-            n, ms, d, acc, toks = best
-            tps = n * 1000.0 / ms if ms > 0 else 0.0
-            if base is None:
-                base = (tps, toks)
-            elif toks != base[1]:
-                sys.exit("%s: the tokens differ with drafts: not exact" % name)
-            print("| %s | %s | %.0f | %.2fx | %d | %d | %s |" % (
-                name, label, tps, tps / base[0], d, acc,
-                "%.0f %%" % (100.0 * acc / d) if d else "-"))
+    if a.model and not a.stories:
+        a.stories = a.model
+    if not a.stories and not a.target:
+        ap.error("give --stories MODEL --golden G and/or --target T --draft D")
+    if a.stories:
+        if not a.golden:
+            ap.error("--stories needs --golden")
+        stories_suite(a)
+    if a.target:
+        if not a.draft:
+            ap.error("--target needs --draft")
+        if a.llama_server and not os.access(a.llama_server, os.X_OK):
+            ap.error("--llama-server %s is not an executable" % a.llama_server)
+        pair_suite(a)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        benchlib.stop_all()

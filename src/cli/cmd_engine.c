@@ -1,7 +1,8 @@
 /* `strata engine -m MODEL [--slots K] [--ctx N] [-t THREADS] [--batch B]
  * [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N] [--kv-hold-ms MS]
  * [--kv-resident N] [--prefix-cache-mib M] [--prefix-min-tokens T]
- * [--draft-ngram] [--draft-max N] [--draft-min N] [--draft-p-min P]`:
+ * [--draft-ngram | --draft-model FILE] [--draft-max N] [--draft-min N]
+ * [--draft-p-min P]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -36,8 +37,8 @@ static void engine_usage(FILE *f)
             "                     [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N]\n"
             "                     [--kv-hold-ms MS] [--kv-resident N]\n"
             "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n"
-            "                     [--draft-ngram] [--draft-max N] [--draft-min N]\n"
-            "                     [--draft-p-min P]\n\n"
+            "                     [--draft-ngram | --draft-model FILE] [--draft-max N]\n"
+            "                     [--draft-min N] [--draft-p-min P]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
             "  -m, --model PATH    the GGUF model\n"
@@ -72,10 +73,15 @@ static void engine_usage(FILE *f)
             "                      recent suffix seen earlier in the sequence proposes what\n"
             "                      followed it; drafts are verified in the step's batch and\n"
             "                      the output does not change (greedy or seeded)\n"
+            "  --draft-model FILE  speculative decoding with a draft model: a smaller GGUF\n"
+            "                      with the same vocabulary, run greedily by this engine\n"
+            "                      (same threads, a KV cache of its own) to propose tokens\n"
+            "                      that the model verifies as above\n"
             "  --draft-max N       drafted tokens per sequence and step at most (default 4)\n"
             "  --draft-min N       fewer proposed tokens are not drafted (default 1)\n"
-            "  --draft-p-min P     a drafted token's least draft probability, the share of\n"
-            "                      the suffix's earlier occurrences it followed (default 0.5)\n\n"
+            "  --draft-p-min P     a drafted token's least draft probability: the share of\n"
+            "                      the suffix's earlier occurrences it followed (n-gram), or\n"
+            "                      the draft model's softmax probability (default 0.5)\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
             ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_KV_STEP,
@@ -106,6 +112,7 @@ int cmd_engine(int argc, char **argv)
     long long kv_max = 0, kv_max_mib = 0;     /* 0: the default pool */
     long long kv_init = 0, kv_step = 0, kv_hold = -1, kv_resident = 0; /* defaults */
     bool draft_ngram = false;
+    const char *draft_path = NULL;
     long long draft_max = 0, draft_min = 0; /* 0: the engine's defaults */
     double draft_p_min = 0.0;
     bool p_min_set = false;
@@ -154,6 +161,8 @@ int cmd_engine(int argc, char **argv)
             rc = parse_int(a, v, 0, 1LL << 30, &cache_mib);
         } else if (strcmp(a, "--prefix-min-tokens") == 0) {
             rc = parse_int(a, v, 0, 1 << 30, &min_tokens);
+        } else if (strcmp(a, "--draft-model") == 0) {
+            draft_path = v;
         } else if (strcmp(a, "--draft-max") == 0) {
             rc = parse_int(a, v, 1, 16, &draft_max);
         } else if (strcmp(a, "--draft-min") == 0) {
@@ -180,6 +189,11 @@ int cmd_engine(int argc, char **argv)
         engine_usage(stderr);
         return 2;
     }
+    if (draft_ngram && draft_path != NULL) {
+        fprintf(stderr, "strata engine: --draft-ngram and --draft-model are two draft sources: "
+                        "give one\n");
+        return 2;
+    }
     if (kv_max > 0 && kv_max_mib > 0) {
         fprintf(stderr, "strata engine: --kv-max and --kv-max-mib both size the pool: give one\n");
         return 2;
@@ -204,9 +218,16 @@ int cmd_engine(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     strata_err err;
-    model *m = NULL;
+    model *m = NULL, *dm = NULL;
     engine *e = NULL;
     int rc = model_open(&m, path, &err);
+    if (rc == 0 && draft_path != NULL) {
+        rc = model_open(&dm, draft_path, &err);
+        if (rc != 0) {
+            strata_err e2 = err;
+            strata_err_set(&err, rc, "--draft-model %s: %s", draft_path, e2.msg);
+        }
+    }
     if (rc == 0) {
         engine_params p = {.n_slots = (int)slots, .n_ctx = n_ctx, .n_batch = batch,
                            .n_threads = (int)threads, .kv_type = kv_type, .hang_at_step = hang_at,
@@ -216,7 +237,8 @@ int cmd_engine(int argc, char **argv)
                            .kv_max_bytes = (int64_t)kv_max_mib << 20,
                            .kv_resident_tokens = kv_resident, .kv_init_tokens = kv_init,
                            .kv_step_tokens = kv_step, .kv_hold_ms = kv_hold,
-                           .draft_ngram = draft_ngram, .draft_max = (int)draft_max,
+                           .draft_ngram = draft_ngram, .draft_model = dm,
+                           .draft_max = (int)draft_max,
                            .draft_min = (int)draft_min,
                            /* 0 asks for no threshold: the engine's "none" is < 0 */
                            .draft_p_min = draft_p_min == 0.0 && p_min_set
@@ -241,6 +263,11 @@ int cmd_engine(int argc, char **argv)
                      ready.u.ready.draft_source, ready.u.ready.draft_min, ready.u.ready.draft_max,
                      ready.u.ready.draft_p_min);
         }
+        if (dm != NULL) {
+            LOG_INFO("engine: draft model %s (%s, %" PRId64 " layers, %" PRId64 " wide)",
+                     draft_path, dm->hp.arch_name ? dm->hp.arch_name : "?", dm->hp.n_layer,
+                     dm->hp.n_embd);
+        }
         const proto_ready *rr = &ready.u.ready;
         if (rr->kv_resident) {
             LOG_INFO("engine: KV pool resident: %" PRId64 " positions, all allocated now",
@@ -256,6 +283,7 @@ int cmd_engine(int argc, char **argv)
     if (rc != 0) fprintf(stderr, "strata engine: %s\n", err.msg);
     else LOG_INFO("engine: shut down");
     engine_free(e);
+    model_close(dm);
     model_close(m);
     return rc == 0 ? 0 : 1;
 }

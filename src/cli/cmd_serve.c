@@ -46,6 +46,7 @@ static void serve_usage(FILE *f)
             "  --kv-max N, --kv-max-mib M, --kv-init N, --kv-step N, --kv-hold-ms MS,\n"
             "  --kv-resident N        the engines' shared KV pool (see `strata engine --help`)\n"
             "  --draft-ngram          speculative decoding with n-gram drafts in the engines;\n"
+            "  --draft-model F        or with the draft model F (same vocabulary) in each engine;\n"
             "  --draft-max N, --draft-min N, --draft-p-min P  its limits (default 4, 1, 0.5);\n"
             "                         requests opt out with `speculative: false`\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
@@ -152,7 +153,7 @@ int cmd_serve(int argc, char **argv)
     const char *kv_type = NULL, *cache_mib = NULL, *min_tokens = NULL, *batch = NULL;
     int unused;
     const char *pool_vals[N_POOL_OPTS] = {0};
-    const char *draft_max = NULL, *draft_min = NULL, *draft_p_min = NULL;
+    const char *draft_max = NULL, *draft_min = NULL, *draft_p_min = NULL, *draft_model = NULL;
     bool draft_ngram = false;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
@@ -211,6 +212,9 @@ int cmd_serve(int argc, char **argv)
         } else if (strcmp(a, "--batch") == 0) {
             bad = parse_int(v, 1, 1 << 20, &unused);
             batch = v;
+        } else if (strcmp(a, "--draft-model") == 0) {
+            bad = access(v, R_OK) != 0;
+            draft_model = v;
         } else if (strcmp(a, "--draft-max") == 0) {
             bad = parse_int(v, 1, 16, &unused);
             draft_max = v;
@@ -249,6 +253,11 @@ int cmd_serve(int argc, char **argv)
     if (model_path == NULL) {
         fprintf(stderr, "strata serve: -m MODEL is required\n\n");
         serve_usage(stderr);
+        return 2;
+    }
+    if (draft_ngram && draft_model != NULL) {
+        fprintf(stderr, "strata serve: --draft-ngram and --draft-model are two draft sources: "
+                        "give one\n");
         return 2;
     }
     char *key_buf = NULL;
@@ -350,9 +359,10 @@ int cmd_serve(int argc, char **argv)
         args[na++] = pool_vals[k];
     }
     if (draft_ngram) args[na++] = "--draft-ngram";
-    const char *const draft_opts[3][2] = {{"--draft-max", draft_max}, {"--draft-min", draft_min},
-                                          {"--draft-p-min", draft_p_min}};
-    for (int k = 0; k < 3; k++) {
+    const char *const draft_opts[4][2] = {{"--draft-max", draft_max}, {"--draft-min", draft_min},
+                                          {"--draft-p-min", draft_p_min},
+                                          {"--draft-model", draft_model}};
+    for (int k = 0; k < 4; k++) {
         if (draft_opts[k][1] == NULL) continue;
         args[na++] = draft_opts[k][0];
         args[na++] = draft_opts[k][1];

@@ -77,6 +77,13 @@ typedef struct engine_req {
     int64_t spec_keep;        /* while its drafts are verified: the KV positions that hold
                                  accepted tokens (the rest are cut before publishing); -1 */
     int64_t n_drafted, n_draft_accepted;
+    spec_throttle thr;        /* spec.h "Throttle" */
+    /* the draft model's sequence (slot `slot` of its KV), when it drafts */
+    int64_t d_len;            /* its positions that hold the sequence's tokens (hist) */
+    int d_fed;                /* this step's drafts fed to it after d_len */
+    int d_cap;                /* this step: the most drafts it may propose; 0: none */
+    int64_t d_row;            /* this step: its row of draft logits */
+    bool d_lagging;           /* this step: it could draft but lacks too much; catching up */
     struct engine_req *next;  /* queue link */
 } engine_req;
 
@@ -128,6 +135,15 @@ struct engine {
     bool draft_ngram;         /* speculative decoding's source (engine.h) */
     int draft_max, draft_min;
     float draft_p_min;
+    /* the draft model (engine.h "Draft model"), NULL without one */
+    const model *dm;
+    model_ctx *dctx;
+    kv_cache *dkv;
+    int32_t *d_tok, *d_seq, *d_pos; /* (n_batch) a draft forward's batch */
+    int8_t *d_want;
+    float *d_logits;          /* (n_slots, n_vocab) */
+    engine_req **d_reqs;      /* (n_slots) the sequences drafting this step */
+    int64_t d_pool_tokens;
     /* progress_lock: what engine_get_progress reads (engine.h "Progress") */
     pthread_mutex_t progress_lock;
     int64_t pg_steps;         /* completed */
@@ -198,6 +214,98 @@ static proto_pooling load_pooling(const model *m)
     return PROTO_POOLING_MEAN;
 }
 
+/* A draft model must speak the target's token ids: the same logits size
+ * and, where the files list their tokens, the same text for every id. */
+static int check_draft_vocab(const model *t, const model *d, strata_err *err)
+{
+    if (t->hp.n_vocab != d->hp.n_vocab) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: the draft model's vocabulary has %" PRId64
+                              " tokens, the target's %" PRId64
+                              ": a draft model must share the target's vocabulary",
+                              d->hp.n_vocab, t->hp.n_vocab);
+    }
+    const gguf_value *ta = NULL, *da = NULL;
+    bool t_has = gguf_get_arr(t->g, "tokenizer.ggml.tokens", &ta, NULL) == 0 &&
+                 ta->v.arr.elem_type == GGUF_VTYPE_STRING;
+    bool d_has = gguf_get_arr(d->g, "tokenizer.ggml.tokens", &da, NULL) == 0 &&
+                 da->v.arr.elem_type == GGUF_VTYPE_STRING;
+    if (t_has != d_has) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: the %s model lists its tokens (tokenizer.ggml.tokens) and "
+                              "the %s model does not: their vocabularies cannot be compared",
+                              t_has ? "target" : "draft", t_has ? "draft" : "target");
+    }
+    if (!t_has) return 0;
+    if (ta->v.arr.n != da->v.arr.n) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: the draft model's tokenizer lists %" PRIu64
+                              " tokens, the target's %" PRIu64
+                              ": a draft model must share the target's vocabulary",
+                              da->v.arr.n, ta->v.arr.n);
+    }
+    for (uint64_t i = 0; i < ta->v.arr.n; i++) {
+        gguf_str a = ta->v.arr.strs[i], b = da->v.arr.strs[i];
+        if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len) != 0) {
+            return strata_err_set(err, STRATA_EINVAL,
+                                  "engine: token %" PRIu64 " is \"%.*s\" in the target's "
+                                  "vocabulary and \"%.*s\" in the draft model's: a draft model "
+                                  "must share the target's vocabulary",
+                                  i, (int)(a.len > 40 ? 40 : a.len), a.ptr,
+                                  (int)(b.len > 40 ? 40 : b.len), b.ptr);
+        }
+    }
+    return 0;
+}
+
+/* The draft model's context (engine.h "Draft model"): on the target's
+ * pool, one sequence per slot, room for each slot's whole sequence and its
+ * drafts, elastic in the target pool's steps. */
+static int init_draft(engine *e, const engine_params *p, int64_t step_blocks, strata_err *err)
+{
+    int rc = check_draft_vocab(e->m, p->draft_model, err);
+    if (rc != 0) return rc;
+    const int64_t bt = e->kv->block_tokens;
+    int64_t per_slot = (e->n_limit + e->draft_max + bt - 1) / bt * bt;
+    e->d_pool_tokens = per_slot * e->n_slots;
+    model_ctx_params cp = {.n_ctx = e->d_pool_tokens, .n_seq_max = e->n_slots,
+                           .n_batch = e->n_batch, .n_threads = p->n_threads,
+                           .pool = model_ctx_pool(e->ctx), .k_type = e->kv->k_type,
+                           .v_type = e->kv->v_type};
+    rc = model_ctx_init(&e->dctx, p->draft_model, &cp, err);
+    if (rc == STRATA_EINVAL && cp.k_type == STRATA_TYPE_Q8_0) {
+        /* a head size q8_0 rows do not fit: the draft keeps f16 rows */
+        cp.k_type = cp.v_type = STRATA_TYPE_F16;
+        rc = model_ctx_init(&e->dctx, p->draft_model, &cp, err);
+    }
+    if (rc != 0) return rc;
+    e->dm = p->draft_model;
+    e->dkv = model_ctx_kv(e->dctx);
+    if (!e->kv_resident) {
+        int64_t blocks = step_blocks < e->dkv->n_blocks ? step_blocks : e->dkv->n_blocks;
+        rc = kv_pool_set_elastic(e->dkv, (int32_t)blocks, (int32_t)blocks, (double)e->kv_hold_ms,
+                                 err);
+        if (rc != 0) return rc;
+    }
+    size_t nb = (size_t)e->n_batch;
+    e->d_tok = malloc(nb * sizeof(int32_t));
+    e->d_seq = malloc(nb * sizeof(int32_t));
+    e->d_pos = malloc(nb * sizeof(int32_t));
+    e->d_want = malloc(nb);
+    e->d_logits = malloc((size_t)e->n_slots * (size_t)e->n_vocab * sizeof(float));
+    e->d_reqs = malloc((size_t)e->n_slots * sizeof(engine_req *));
+    if (!e->d_tok || !e->d_seq || !e->d_pos || !e->d_want || !e->d_logits || !e->d_reqs) {
+        return strata_err_set(err, STRATA_ENOMEM, "engine: out of memory for the draft's buffers");
+    }
+    const int64_t d_block_bytes = e->dkv->n_layer *
+                                  (int64_t)(e->dkv->k_block_bytes + e->dkv->v_block_bytes);
+    LOG_INFO("engine: draft model's KV: %" PRId64 " positions (%d slots), at most %.1f MiB, %s",
+             (int64_t)e->dkv->n_blocks * bt, e->n_slots,
+             (double)(d_block_bytes * e->dkv->n_blocks) / (1024.0 * 1024.0),
+             e->kv_resident ? "committed as written" : "elastic as the target's pool");
+    return 0;
+}
+
 int64_t engine_pool_tokens(const model *m, const engine_params *p, int n_slots, int64_t n_ctx)
 {
     const int64_t bt = KV_BLOCK_TOKENS;
@@ -265,6 +373,12 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
                               p->draft_max, p->draft_min, (double)p->draft_p_min,
                               SPEC_DRAFT_MAX_LIMIT);
     }
+    if (p->draft_ngram && p->draft_model != NULL) {
+        free(e);
+        return strata_err_set(err, STRATA_EINVAL,
+                              "engine: --draft-ngram and --draft-model are two draft sources: "
+                              "give one");
+    }
     e->draft_ngram = p->draft_ngram;
     e->draft_max = p->draft_max > 0 ? p->draft_max : SPEC_DEFAULT_DRAFT_MAX;
     e->draft_min = p->draft_min > 0 ? p->draft_min : 1;
@@ -303,13 +417,14 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->n_pool_tokens = (int64_t)e->kv->n_blocks * e->kv->block_tokens;
     e->n_limit = n_ctx < e->n_pool_tokens ? n_ctx : e->n_pool_tokens;
     const int64_t bt = e->kv->block_tokens;
+    int64_t step_blocks = e->kv->n_blocks;
     if (p->kv_resident_tokens > 0) {
         e->kv_resident = true;
         kv_pool_prefault(e->kv);
         e->kv_init_tokens = e->kv_step_tokens = e->n_pool_tokens;
     } else {
         int64_t step = p->kv_step_tokens > 0 ? p->kv_step_tokens : ENGINE_DEFAULT_KV_STEP;
-        int64_t step_blocks = (step + bt - 1) / bt;
+        step_blocks = (step + bt - 1) / bt;
         if (step_blocks > e->kv->n_blocks) step_blocks = e->kv->n_blocks;
         int64_t init = p->kv_init_tokens > 0 ? p->kv_init_tokens : step_blocks * bt;
         int64_t init_blocks = (init + bt - 1) / bt;
@@ -342,6 +457,13 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
             return rc;
         }
     }
+    if (p->draft_model != NULL) {
+        rc = init_draft(e, p, step_blocks, err);
+        if (rc != 0) {
+            engine_free(e);
+            return rc;
+        }
+    }
     size_t nb = (size_t)n_batch;
     e->is_eog = calloc((size_t)e->n_vocab, 1);
     e->slots = calloc((size_t)n_slots, sizeof(engine_req *));
@@ -354,7 +476,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->b_prefill = malloc((size_t)n_slots * sizeof(engine_req *));
     e->vec = malloc((size_t)e->n_embd * sizeof(float));
     /* one row per slot, and one per draft token when speculating */
-    size_t logit_rows = (size_t)n_slots * (e->draft_ngram ? 1 + (size_t)e->draft_max : 1);
+    bool speculates = e->draft_ngram || e->dctx != NULL;
+    size_t logit_rows = (size_t)n_slots * (speculates ? 1 + (size_t)e->draft_max : 1);
     if (logit_rows > nb) logit_rows = nb;
     e->logits = malloc(logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
@@ -392,7 +515,14 @@ void engine_free(engine *e)
         req_free(r);
         r = next;
     }
+    model_ctx_free(e->dctx); /* before the context whose pool it borrows */
     model_ctx_free(e->ctx);
+    free(e->d_tok);
+    free(e->d_seq);
+    free(e->d_pos);
+    free(e->d_want);
+    free(e->d_logits);
+    free(e->d_reqs);
     free(e->is_eog);
     grammar_vocab_free(e->gvocab);
     engine_tok_bytes_free(&e->tok_bytes);
@@ -444,8 +574,8 @@ void engine_ready(const engine *e, proto_msg *out)
     r->kv_step_tokens = e->kv_step_tokens;
     r->kv_hold_ms = e->kv_hold_ms;
     r->kv_resident = e->kv_resident;
-    if (e->draft_ngram) {
-        r->draft_source = "ngram";
+    if (e->draft_ngram || e->dctx != NULL) {
+        r->draft_source = e->dctx != NULL ? "model" : "ngram";
         r->draft_max = e->draft_max;
         r->draft_min = e->draft_min;
         r->draft_p_min = e->draft_p_min;
@@ -505,6 +635,10 @@ void engine_trim(engine *e)
     /* idle (the loop calls this between steps only): the step buffers
      * go back with the KV steps */
     model_ctx_release_scratch(e->ctx);
+    if (e->dctx != NULL) {
+        model_ctx_release_scratch(e->dctx);
+        kv_pool_trim(e->dkv, strata_clock_ms());
+    }
     if (kv_pool_trim(e->kv, strata_clock_ms()) == 0) return;
     int64_t c = committed_bytes(e);
     pthread_mutex_lock(&e->progress_lock);
@@ -514,7 +648,13 @@ void engine_trim(engine *e)
 
 double engine_next_trim_ms(const engine *e)
 {
-    return kv_pool_next_trim_ms(e->kv, strata_clock_ms());
+    double now = strata_clock_ms();
+    double t = kv_pool_next_trim_ms(e->kv, now);
+    if (e->dkv != NULL) {
+        double d = kv_pool_next_trim_ms(e->dkv, now);
+        if (d >= 0 && (t < 0 || d < t)) t = d;
+    }
+    return t;
 }
 
 int engine_n_running(const engine *e)
@@ -581,6 +721,7 @@ static void release(engine *e, engine_req *r)
     if (r->slot >= 0) {
         spec_settle(e, r);
         kv_seq_remove(e->kv, r->slot);
+        if (e->dkv != NULL) kv_seq_remove(e->dkv, r->slot);
         e->slots[r->slot] = NULL;
     }
     req_free(r);
@@ -728,7 +869,7 @@ static void enqueue(engine *e, proto_msg *m)
         r->max_tokens = r->msg.u.gen.max_tokens;
         r->logprobs = r->msg.u.gen.logprobs;
         r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
-        r->spec = e->draft_ngram && !r->msg.u.gen.no_speculative &&
+        r->spec = (e->draft_ngram || e->dctx != NULL) && !r->msg.u.gen.no_speculative &&
                   !(r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max == 0);
     }
     r->spec_keep = -1;
@@ -896,6 +1037,14 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
         if (r->n_preempted == 0) r->n_cached = reused;
         r->n_done = reused;
     }
+    if (e->dkv != NULL && r->spec) {
+        rc = kv_seq_add(e->dkv, s, err);
+        if (rc != 0) {
+            kv_seq_remove(e->kv, s);
+            return rc;
+        }
+        r->d_len = 0;
+    }
     r->slot = s;
     r->state = REQ_PREFILL;
     if (r->order < 0) r->order = e->n_admitted++;
@@ -967,6 +1116,8 @@ static void preempt(engine *e, engine_req *r)
         r->n_pooled = 0;
     }
     kv_seq_remove(e->kv, s);
+    if (e->dkv != NULL) kv_seq_remove(e->dkv, s); /* recomputed from the start when resumed */
+    r->d_len = 0;
     e->slots[s] = NULL;
     r->slot = -1;
     r->n_done = 0;
@@ -999,6 +1150,191 @@ static bool make_room(engine *e, const engine_req *r, int64_t need, int64_t rese
         preempt(e, victim);
     }
     return true;
+}
+
+/* The most drafts decoding r may add this step with tok_left tokens of the
+ * budget left: the engine's and the request's draft_max, the context, and
+ * its max_tokens (a request that may send only k more tokens verifies
+ * k - 1 drafts). */
+static int64_t spec_cap(const engine *e, const engine_req *r, int64_t tok_left)
+{
+    int64_t len = r->n_prompt + r->n_gen; /* positions after this step without drafts */
+    int64_t cap = e->draft_max;
+    if (r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max < cap) cap = r->msg.u.gen.draft_max;
+    if (cap > tok_left) cap = tok_left;
+    if (cap > e->n_limit - len) cap = e->n_limit - len;
+    if (r->max_tokens >= 0 && cap > r->max_tokens - r->n_gen - 1) cap = r->max_tokens - r->n_gen - 1;
+    return cap;
+}
+
+/* Appends toks[0, n) at positions pos0.. of r's draft sequence to the
+ * draft batch at *n_b, asking for the last one's logits when want. */
+static void draft_add(engine *e, const engine_req *r, const int32_t *toks, int64_t pos0,
+                      int64_t n, bool want, int64_t *n_b)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = *n_b + i;
+        e->d_tok[k] = toks[i];
+        e->d_seq[k] = r->slot;
+        e->d_pos[k] = (int32_t)(pos0 + i);
+        e->d_want[k] = want && i == n - 1;
+    }
+    *n_b += n;
+}
+
+/* Runs the draft batch; on failure the sequences in it start over (their
+ * draft KV is in an unknown state) and false is returned. */
+static bool draft_forward(engine *e, int64_t n_b)
+{
+    model_batch b = {.n_tokens = n_b, .tokens = e->d_tok, .seq_ids = e->d_seq, .pos = e->d_pos,
+                     .want_logits = e->d_want};
+    strata_err err;
+    if (model_forward(e->dctx, &b, e->d_logits, &err) == 0) return true;
+    LOG_ERROR("engine: the draft model's forward pass of %" PRId64 " tokens failed: %s", n_b,
+              err.msg);
+    for (int64_t k = 0; k < n_b; k++) {
+        engine_req *r = e->slots[e->d_seq[k]];
+        if (r == NULL || !kv_seq_active(e->dkv, r->slot)) continue;
+        kv_seq_remove(e->dkv, r->slot);
+        if (kv_seq_add(e->dkv, r->slot, &err) != 0) r->spec = false; /* cannot happen */
+        r->d_len = 0;
+        r->d_fed = 0;
+    }
+    return false;
+}
+
+/* The draft's greedy choice from one row of its logits, and whether its
+ * softmax probability reaches draft_p_min. */
+static bool draft_pick(const engine *e, const float *row, int32_t *tok)
+{
+    int64_t best = 0;
+    for (int64_t t = 1; t < e->n_vocab; t++) {
+        if (row[t] > row[best]) best = t;
+    }
+    *tok = (int32_t)best;
+    if (!(e->draft_p_min > 0.0f)) return true;
+    /* p = exp(l_best) / sum exp(l_t) = 1 / sum exp(l_t - l_best) >= p_min
+     * iff the sum stays <= 1 / p_min: the scan stops once it is past that
+     * (a flat softmax is refused after a few terms) */
+    const double limit = 1.0 / (double)e->draft_p_min, mx = (double)row[best];
+    double sum = 0.0;
+    for (int64_t t = 0; t < e->n_vocab && sum <= limit; t++) sum += exp((double)row[t] - mx);
+    return sum <= limit;
+}
+
+/* The draft model's proposals for this step (engine.h "Draft model"), ord
+ * being the running requests oldest first. Decoding sequences that may
+ * draft feed what their draft sequence lacks and get their first draft
+ * from one forward, which also carries the draft's share of this step's
+ * prompt chunks; then one forward per further draft token. tok_left and
+ * reserved are the step's budget and blocks left after the normal share;
+ * each drafting sequence reserves its whole cap. */
+static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_left,
+                                int64_t reserved)
+{
+    int64_t budget = e->n_batch, n_b = 0;
+    int n_act = 0;
+    engine_req **act = e->d_reqs;
+    for (int i = 0; i < n; i++) {
+        engine_req *r = ord[i];
+        r->d_cap = 0;
+        r->d_fed = 0;
+        r->d_lagging = false;
+        if (r->slot < 0 || !r->spec || r->state != REQ_DECODE || r->step_n != 1) continue;
+        int64_t cap = spec_cap(e, r, tok_left);
+        if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
+        cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
+        int64_t len = r->n_prompt + r->n_gen;
+        int64_t lag = len - r->d_len; /* >= 1: the pending token is never in it */
+        if (lag <= 0) continue;       /* (so this cannot happen) */
+        if (lag > budget) {
+            r->d_lagging = true; /* fed below as far as the budget goes; drafts later */
+            continue;
+        }
+        int64_t extra = 0;
+        int fit = spec_fit_blocks(e->kv, r->slot, len, (int)cap,
+                                  (int64_t)kv_free_blocks(e->kv) - reserved, &extra);
+        if (fit < e->draft_min) continue;
+        reserved += extra;
+        tok_left -= fit;
+        r->d_cap = fit;
+        r->d_row = n_act;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        draft_add(e, r, row + r->d_len, r->d_len, lag, true, &n_b);
+        budget -= lag;
+        act[n_act++] = r;
+    }
+    /* the draft's prompt chunks (as far as the target's this step) and the
+     * catch-up of sequences that lack more than the budget, oldest first */
+    for (int i = 0; i < n && budget > 0; i++) {
+        engine_req *r = ord[i];
+        if (r->slot < 0 || !r->spec || r->d_cap > 0) continue;
+        int64_t upto;
+        if (r->state == REQ_PREFILL) upto = r->n_done + r->step_n;
+        else if (r->d_lagging) upto = r->n_prompt + r->n_gen;
+        else continue;
+        int64_t take = upto - r->d_len < budget ? upto - r->d_len : budget;
+        if (take <= 0) continue;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        draft_add(e, r, row + r->d_len, r->d_len, take, false, &n_b);
+        budget -= take;
+    }
+    /* a forward runs anyway: the other decoding sequences catch up in it
+     * too (a few tokens each, nearly free in a pass that streams the
+     * weights once), so that they can draft at once when they may again */
+    for (int i = 0; i < n && budget > 0 && n_b > 0; i++) {
+        engine_req *r = ord[i];
+        if (r->slot < 0 || !r->spec || r->d_cap > 0 || r->d_lagging || r->state != REQ_DECODE) {
+            continue;
+        }
+        int64_t lag = r->n_prompt + r->n_gen - r->d_len;
+        int64_t take = lag < budget ? lag : budget;
+        if (take <= 0) continue;
+        const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
+        draft_add(e, r, row + r->d_len, r->d_len, take, false, &n_b);
+        budget -= take;
+    }
+    if (n_b == 0) return;
+    /* every sequence of the batch holds its fed tokens once it ran */
+    if (!draft_forward(e, n_b)) return;
+    for (int64_t k = 0; k < n_b; k++) e->slots[e->d_seq[k]]->d_len++;
+    /* drafts: row d_row of the last forward continues sequence act[a] */
+    int n_live = n_act;
+    while (n_live > 0) {
+        n_b = 0;
+        int n_rows = 0;
+        for (int a = 0; a < n_act; a++) {
+            engine_req *r = act[a];
+            if (r->d_row < 0) continue;
+            int32_t tok;
+            bool ok = draft_pick(e, e->d_logits + r->d_row * e->n_vocab, &tok);
+            r->d_row = -1;
+            n_live--;
+            if (!ok) continue;
+            r->draft[r->step_draft++] = tok;
+            if (r->step_draft >= r->d_cap || e->is_eog[tok]) continue;
+            /* feed it for the next one: position len + step_draft - 1 */
+            int64_t pos = r->n_prompt + r->n_gen + r->step_draft - 1;
+            draft_add(e, r, &tok, pos, 1, true, &n_b);
+            r->d_fed++;
+            r->d_row = n_rows++;
+            n_live++;
+        }
+        if (n_b == 0) break;
+        if (!draft_forward(e, n_b)) {
+            for (int a = 0; a < n_act; a++) act[a]->step_draft = 0, act[a]->d_row = -1;
+            break;
+        }
+    }
+    for (int a = 0; a < n_act; a++) {
+        engine_req *r = act[a];
+        if (r->step_draft >= e->draft_min) continue;
+        /* too few: none, and the draft forwards were for nothing */
+        r->step_draft = 0;
+        kv_seq_truncate(e->dkv, r->slot, r->d_len);
+        r->d_fed = 0;
+        spec_throttle_round(&r->thr, false);
+    }
 }
 
 /* Sets step_n, the tokens each running request feeds this step, oldest
@@ -1051,21 +1387,17 @@ static void plan_step(engine *e)
         r->step_n = take;
     }
     /* drafts, oldest first, from what is left of the budget and the pool */
+    if (e->dctx != NULL) {
+        draft_model_propose(e, ord, n, tok_left, reserved);
+        return;
+    }
     for (int i = 0; i < n && e->draft_ngram && tok_left > 0; i++) {
         engine_req *r = ord[i];
         if (r->slot < 0 || r->state != REQ_DECODE || r->step_n != 1 || !r->spec) continue;
         int64_t len = r->n_prompt + r->n_gen; /* positions after this step without drafts */
-        int64_t cap = e->draft_max;
-        if (r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max < cap) {
-            cap = r->msg.u.gen.draft_max;
-        }
-        if (cap > tok_left) cap = tok_left;
-        if (cap > e->n_limit - len) cap = e->n_limit - len;
-        /* a request that may send only k more tokens verifies k - 1 drafts */
-        if (r->max_tokens >= 0 && cap > r->max_tokens - r->n_gen - 1) {
-            cap = r->max_tokens - r->n_gen - 1;
-        }
-        if (cap < e->draft_min) continue;
+        int64_t cap = spec_cap(e, r, tok_left);
+        if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
+        cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
         int n_draft = spec_ngram_draft(row, len, r->draft, (int)cap, e->draft_min, e->draft_p_min);
         int64_t extra = 0;
@@ -1222,6 +1554,7 @@ static void spec_verify(engine *e, engine_req *r, proto_buf *out)
     const int n_draft = r->step_draft;
     const float *rows = e->logits + r->step_logit_row * e->n_vocab;
     r->n_drafted += n_draft;
+    int accepted = 0;
     for (int j = 0; j <= n_draft; j++) {
         /* positions [0, pos0 + 1 + j) hold accepted tokens: the prompt,
          * what was sent, and drafts 0 .. j-1 that matched */
@@ -1229,6 +1562,16 @@ static void spec_verify(engine *e, engine_req *r, proto_buf *out)
         int32_t draft = j < n_draft ? r->draft[j] : -1;
         if (!on_logits(e, r, rows + (int64_t)j * e->n_vocab, draft, out)) return; /* freed */
         if (j == n_draft || r->next_tok != draft) break;
+        accepted++;
+    }
+    spec_throttle_round(&r->thr, accepted > 0);
+    if (e->dkv != NULL) {
+        /* the draft sequence was fed the first d_fed drafts after pos0 + 1:
+         * it keeps the accepted ones, and gets the rest (the correction or
+         * bonus token on) when it next drafts */
+        r->d_len = pos0 + 1 + (accepted < r->d_fed ? accepted : r->d_fed);
+        kv_seq_truncate(e->dkv, r->slot, r->d_len);
+        r->d_fed = 0;
     }
     spec_settle(e, r);
 }
@@ -1354,8 +1697,9 @@ static void progress_batch_built(engine *e, int64_t n_b)
 static int64_t run_step(engine *e, proto_buf *out)
 {
     admit_queued(e, out);
-    plan_step(e);
+    /* before planning: the draft model's passes run there */
     const double t_start = strata_clock_ms();
+    plan_step(e);
 
     /* the batch: decoding sequences first, one token each */
     int64_t n_b = 0, n_logits = 0, n_embd_rows = 0;
@@ -1478,6 +1822,7 @@ void engine_step(engine *e, proto_buf *out)
     int64_t n_b = run_step(e, out);
 
     kv_pool_trim(e->kv, strata_clock_ms());
+    if (e->dkv != NULL) kv_pool_trim(e->dkv, strata_clock_ms());
     int64_t committed = committed_bytes(e);
     double ms = strata_clock_ms() - t0;
     int64_t kv_used = (int64_t)e->kv->n_blocks - kv_free_blocks(e->kv);

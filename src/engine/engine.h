@@ -91,10 +91,11 @@
  * penalties look at generated tokens only, and nothing else depends on
  * where a prompt's KV came from.
  *
- * Speculative decoding (draft_ngram). In step 3 each decoding sequence
- * of a gen that did not opt out (`speculative` false) may add draft
- * tokens after its pending token: up to draft_max from the n-gram source
- * (spec.h), never more than it may still generate, and only
+ * Speculative decoding (draft_ngram or draft_model). In step 3 each
+ * decoding sequence of a gen that did not opt out (`speculative` false)
+ * may add draft tokens after its pending token: up to draft_max from the
+ * n-gram source (spec.h) or the draft model (below), never more than it
+ * may still generate, and only
  * from what the step leaves over (token budget and free KV blocks after
  * every request's normal share: drafts never delay a prefill or preempt
  * anything). Logits are asked for the pending token and every draft. In
@@ -113,6 +114,39 @@
  * seed it is the very output of the same request without speculation.
  * done's draft_n / draft_accepted_n count the drafted tokens and those
  * that matched.
+ *   Draft model (draft_model). The engine runs a second model context for
+ * it, on the target's thread pool, with a KV cache of its own: one
+ * sequence per slot, sized for every slot's whole sequence plus drafts
+ * (slots x (min(n_ctx, pool) + draft_max) positions, rounded up to blocks,
+ * elastic like the target's pool, so only what is written is committed;
+ * no prefix cache). At start the vocabularies must agree: the same logits
+ * size (n_vocab) and, token by token, the same texts in
+ * tokenizer.ggml.tokens (or neither has a list); else engine_init fails
+ * naming the first difference. Each speculating gen mirrors its tokens
+ * into its draft sequence: the prompt chunk by chunk in the steps that
+ * prefill the target (all of it: the draft has no prefix cache), then,
+ * in a step where it drafts, whatever the draft sequence lacks (the
+ * last verification's correction or bonus token, or more after steps
+ * without drafts), with at most n_batch draft tokens fed per step in all.
+ * Proposals are greedy: the draft's argmax at each position, kept while
+ * its softmax probability is at least draft_p_min, up to the sequence's
+ * cap (as for n-gram drafts), stopping after an end-of-generation token;
+ * fewer than draft_min propose none. The passes are batched: one draft
+ * forward carries the catch-up of every drafting sequence (and the prompt
+ * chunks), then one forward per further draft token carries every
+ * sequence still drafting. After verification the draft sequence keeps
+ * the accepted drafts it was fed and is cut after them
+ * (kv_seq_truncate); preemption, cancellation and the end of a request
+ * free it. Exactness is that of any deterministic draft: the target
+ * samples every position itself.
+ *   Throttle (both sources, spec.h "Throttle"). After SPEC_THROTTLE_FAILS
+ * rounds in a row with no draft accepted (a draft model's round that
+ * proposed nothing counts: its draft forwards cost time), a sequence
+ * drafts nothing for a pause of steps that starts at SPEC_THROTTLE_MIN
+ * and doubles with each further failed round up to SPEC_THROTTLE_MAX,
+ * and each failed round halves the next round's drafts (down to one, or
+ * draft_min); an accepted draft ends the cycle. The state is the sequence's own
+ * and changes only how many tokens a step may send, never which.
  *
  * Progress. Each step publishes what `pong` reports (protocol.h): steps
  * completed, whether one runs, since when and over how many tokens, the
@@ -167,6 +201,8 @@ typedef struct engine_params {
                                    request holding them; 0: the whole pool */
     int64_t prefix_min_tokens;  /* the fewest prompt tokens a reuse must cover; 0: one block */
     bool draft_ngram;           /* n-gram (prompt lookup) drafts ("Speculative decoding") */
+    const model *draft_model;   /* a draft model with the target's vocabulary, borrowed (it
+                                   must outlive the engine); NULL: none. Not with draft_ngram */
     int draft_max;              /* drafted tokens per sequence and step at most; 0: 4 */
     int draft_min;              /* fewer proposed tokens are not drafted; 0: 1 */
     float draft_p_min;          /* a draft token's least draft probability (spec.h); 0: 0.5;

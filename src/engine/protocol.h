@@ -148,10 +148,11 @@
  *   step_tokens, goes back to the operating system once a step's blocks
  *   have all been free for hold_ms. Optional when decoding (all five
  *   absent, or all present). `draft`: present when the engine speculates
- *   (--draft-ngram): the draft source ("ngram": prompt lookup), the most
- *   and fewest tokens drafted per sequence and step, and the least draft
- *   probability of a drafted token (for n-gram drafts the share of the
- *   suffix's earlier occurrences that the token followed).
+ *   (--draft-ngram, --draft-model): the draft source ("ngram": prompt
+ *   lookup; "model": a draft model), the most and fewest tokens drafted
+ *   per sequence and step, and the least draft probability of a drafted
+ *   token (for n-gram drafts the share of the suffix's earlier occurrences
+ *   that the token followed; for a draft model its softmax probability).
  * {"op":"tok","id":7,"tokens":[450],"logprobs":[{"token":450,
  *  "logprob":-0.11,"top":[[450,-0.11],[263,-2.5]]}]}
  *   Generated tokens, in order (one or more per line). `logprobs` only

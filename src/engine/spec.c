@@ -1,4 +1,4 @@
-/* The n-gram draft source of spec.h. */
+/* The n-gram draft source and the throttle of spec.h. */
 #include "engine/spec.h"
 
 #include <stdbool.h>
@@ -90,4 +90,34 @@ int spec_fit_blocks(const kv_cache *kv, int32_t slot, int64_t len, int n_draft, 
         }
     }
     return n_draft;
+}
+
+bool spec_throttle_skip(spec_throttle *t)
+{
+    if (t->skip <= 0) return false;
+    t->skip--;
+    return true;
+}
+
+int64_t spec_throttle_cap(const spec_throttle *t, int64_t cap, int min_draft)
+{
+    int shift = t->fails < 8 ? t->fails : 8;
+    int64_t c = cap >> shift;
+    if (c < 1) c = 1;
+    if (c < min_draft) c = min_draft;
+    return c < cap ? c : cap;
+}
+
+void spec_throttle_round(spec_throttle *t, bool accepted_any)
+{
+    if (accepted_any) {
+        t->fails = 0;
+        t->pause = 0;
+        t->skip = 0;
+        return;
+    }
+    if (++t->fails < SPEC_THROTTLE_FAILS) return;
+    int pause = t->pause > 0 ? t->pause : SPEC_THROTTLE_MIN;
+    t->skip = pause;
+    t->pause = pause * 2 < SPEC_THROTTLE_MAX ? pause * 2 : SPEC_THROTTLE_MAX;
 }

@@ -19,6 +19,7 @@
 
 #include "model/kv_cache.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define SPEC_NGRAM_MAX 4
@@ -27,6 +28,38 @@
 #define SPEC_DRAFT_MAX_LIMIT 16
 #define SPEC_DEFAULT_DRAFT_MAX 4
 #define SPEC_DEFAULT_P_MIN 0.5f
+
+/* Throttle: a sequence whose drafts keep failing pauses drafting, so
+ * that low acceptance costs little (engine.h "Speculative decoding"). A
+ * round is a step in which the sequence drafted (or, with a draft model,
+ * ran the draft for nothing); it fails when no draft is accepted. After
+ * SPEC_THROTTLE_FAILS failed rounds in a row each further failed round
+ * starts a pause of `pause` steps without drafts, doubling from
+ * SPEC_THROTTLE_MIN to SPEC_THROTTLE_MAX, and every failed round halves
+ * the drafts of the next (spec_throttle_cap); an accepted draft resets it. A
+ * zeroed struct is the initial state. It depends only on the rounds of
+ * its own sequence. */
+#define SPEC_THROTTLE_FAILS 2
+#define SPEC_THROTTLE_MIN 1
+#define SPEC_THROTTLE_MAX 64
+
+typedef struct spec_throttle {
+    int fails;  /* failed rounds in a row */
+    int skip;   /* steps of the current pause still to go */
+    int pause;  /* the next pause's steps; 0: SPEC_THROTTLE_MIN */
+} spec_throttle;
+
+/* Called once per step in which the sequence could draft: true when it is
+ * paused (the step then drafts nothing and counts towards the pause). */
+bool spec_throttle_skip(spec_throttle *t);
+
+/* The most drafts a round may propose, from the cap it would have: halved
+ * for each failed round in a row (so 4, then 2, then 1: a failing round
+ * costs one draft token), never below min_draft. */
+int64_t spec_throttle_cap(const spec_throttle *t, int64_t cap, int min_draft);
+
+/* The outcome of a round: accepted_any false for a failed one. */
+void spec_throttle_round(spec_throttle *t, bool accepted_any);
 
 /* Proposes up to max_draft tokens to follow toks[0, n) into draft[] and
  * returns how many (0 when fewer than min_draft, or nothing matches).

@@ -48,6 +48,7 @@
 struct model_ctx {
     const model *m;
     strata_pool *pool;      /* NULL for one thread */
+    bool owns_pool;         /* false: borrowed (model_ctx_params.pool) */
     int n_threads;
     kv_cache *kv;
     tensor_quant_fn quant_q8; /* writes Q8_0 KV rows (the reference quantizer) */
@@ -116,7 +117,7 @@ static size_t max_sz(size_t a, size_t b)
 void model_ctx_free(model_ctx *ctx)
 {
     if (ctx == NULL) return;
-    strata_pool_free(ctx->pool);
+    if (ctx->owns_pool) strata_pool_free(ctx->pool);
     kv_cache_free(ctx->kv);
     free(ctx->x);
     free(ctx->xn);
@@ -140,7 +141,8 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
 {
     *out = NULL;
     const model_hparams *hp = &m->hp;
-    int n_threads = p->n_threads > 0 ? p->n_threads : 1;
+    int n_threads = p->pool != NULL ? strata_pool_n_threads(p->pool)
+                    : p->n_threads > 0 ? p->n_threads : 1;
     int n_seq_max = p->n_seq_max > 0 ? p->n_seq_max : 1;
     int64_t n_batch = p->n_batch > 0 ? p->n_batch : MODEL_DEFAULT_BATCH;
     if (p->n_ctx <= 0 || n_threads > STRATA_POOL_MAX_THREADS || n_batch > (1 << 20)) {
@@ -171,7 +173,10 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
         model_ctx_free(ctx);
         return rc;
     }
-    if (n_threads > 1) {
+    if (p->pool != NULL) {
+        ctx->pool = p->pool;
+    } else if (n_threads > 1) {
+        ctx->owns_pool = true;
         ctx->pool = strata_pool_new(n_threads);
         if (ctx->pool == NULL) {
             model_ctx_free(ctx);
@@ -237,6 +242,11 @@ void model_ctx_release_scratch(model_ctx *ctx)
         }
     }
     model_moe_bufs_release(&ctx->moe);
+}
+
+strata_pool *model_ctx_pool(model_ctx *ctx)
+{
+    return ctx->pool;
 }
 
 kv_cache *model_ctx_kv(model_ctx *ctx)

@@ -41,6 +41,9 @@ typedef struct model_ctx_params {
     uint32_t k_type;   /* KV cache key rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0;
                           0 means F16 (see kv_cache_params) */
     uint32_t v_type;   /* value rows, likewise */
+    strata_pool *pool; /* borrowed: run on this pool (another context's, which
+                          must outlive this one; n_threads is then its size);
+                          NULL: a pool of its own */
 } model_ctx_params;
 
 #define MODEL_DEFAULT_BATCH 512
@@ -74,6 +77,10 @@ void model_ctx_release_scratch(model_ctx *ctx);
 kv_cache *model_ctx_kv(model_ctx *ctx);
 
 const model *model_ctx_model(const model_ctx *ctx);
+
+/* The context's thread pool (NULL for one thread): to lend to another
+ * context run by the same thread (model_ctx_params.pool). */
+strata_pool *model_ctx_pool(model_ctx *ctx);
 
 /* Runs the batch. logits_out receives (n_out, n_vocab) floats, one row per
  * token asked for, in batch order (n_out = the number of nonzero

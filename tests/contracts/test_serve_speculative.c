@@ -2,8 +2,11 @@
  * `strata serve --draft-ngram` passes the option to its engine; a greedy
  * completion's text is the same with drafts and with `speculative: false`
  * (or `speculative.n_max: 0`), its timings say how many tokens were drafted
- * and accepted, and /metrics counts them. Bad values of the draft options
- * fail `strata serve` at once with status 2. */
+ * and accepted, and /metrics counts them; the same with `--draft-model`
+ * (stories260K drafting for itself). Bad values of the draft options
+ * fail `strata serve` at once with status 2, and `strata engine` refuses a
+ * draft model with another vocabulary at start (status 1, a message that
+ * names the vocabularies). */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -48,16 +51,18 @@ static void complete(int port, const char *extra, char **text, json_int_t *draft
     http_response_free(&hr);
 }
 
-static void test_drafts_through_the_server(void **state)
+/* A server with the given draft source's options (NULL-terminated). */
+static void drafts_through_the_server(const char *const *source)
 {
-    (void)state;
     char log[512], port_file[512];
     snprintf(log, sizeof(log), "%s/serve-spec-%d.log", testdata_scratch_dir(), (int)getpid());
     snprintf(port_file, sizeof(port_file), "%s/port-spec-%d", testdata_scratch_dir(),
              (int)getpid());
-    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--slots", "2", "--ctx", "256",
-                          "-t", "1", "--port", "0", "--port-file", port_file, "--draft-ngram",
-                          "--draft-max", "3", NULL};
+    const char *argv[24] = {STRATA_BIN, "serve", "-m", g_model, "--slots", "2", "--ctx", "256",
+                            "-t", "1", "--port", "0", "--port-file", port_file};
+    size_t na = 14;
+    for (size_t i = 0; source[i] != NULL && na < 23; i++) argv[na++] = source[i];
+    argv[na] = NULL;
     int port = st_spawn(argv, port_file, log, 1);
     char *with = NULL, *without = NULL, *capped = NULL;
     json_int_t d1, a1, d2, a2, d3, a3;
@@ -83,7 +88,79 @@ static void test_drafts_through_the_server(void **state)
     free(capped);
     st_stop(g_live_pid, log);
 }
+
+static void test_drafts_through_the_server(void **state)
+{
+    (void)state;
+    const char *const source[] = {"--draft-ngram", "--draft-max", "3", NULL};
+    drafts_through_the_server(source);
+}
 ST_MODEL_TEST(test_drafts_through_the_server)
+
+static void test_draft_model_through_the_server(void **state)
+{
+    (void)state;
+    const char *const source[] = {"--draft-model", g_model, "--draft-max", "3", NULL};
+    drafts_through_the_server(source);
+}
+ST_MODEL_TEST(test_draft_model_through_the_server)
+
+/* Runs strata with args (stdin empty, stderr into a file) and returns its
+ * exit status and stderr (malloc'd). */
+static int run_strata(const char *const *args, char **err_text)
+{
+    char log[512];
+    snprintf(log, sizeof(log), "%s/spec-run-%d.log", testdata_scratch_dir(), (int)getpid());
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 2);
+        int in = open("/dev/null", O_RDONLY);
+        if (in >= 0) dup2(in, 0);
+        execv(STRATA_BIN, (char *const *)args);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    size_t n;
+    char *raw = testdata_read_file(log, &n);
+    assert_non_null(raw);
+    *err_text = strndup(raw, n);
+    free(raw);
+    return WEXITSTATUS(status);
+}
+
+static void test_draft_model_refused(void **state)
+{
+    (void)state;
+    char other[4096];
+    if (testdata_path(other, sizeof(other), "models/llama-2-tiny-random.gguf") == NULL) skip();
+    char *text = NULL;
+    const char *const engine_args[] = {STRATA_BIN, "engine", "-m", g_model, "-t", "1",
+                                       "--draft-model", other, NULL};
+    assert_int_equal(run_strata(engine_args, &text), 1);
+    if (strstr(text, "vocabulary has 32000 tokens, the target's 512") == NULL) {
+        fail_msg("not refused for its vocabulary: %s", text);
+    }
+    free(text);
+    /* the server checks what it can before starting engines */
+    char missing[600];
+    snprintf(missing, sizeof(missing), "%s/no-such-draft-%d.gguf", testdata_scratch_dir(),
+             (int)getpid());
+    const char *const serve_missing[] = {STRATA_BIN, "serve", "-m", g_model, "--port", "0",
+                                         "--draft-model", missing, NULL};
+    assert_int_equal(run_strata(serve_missing, &text), 2);
+    assert_non_null(strstr(text, "bad value for --draft-model"));
+    free(text);
+    const char *const serve_both[] = {STRATA_BIN, "serve", "-m", g_model, "--port", "0",
+                                      "--draft-ngram", "--draft-model", g_model, NULL};
+    assert_int_equal(run_strata(serve_both, &text), 2);
+    assert_non_null(strstr(text, "give one"));
+    free(text);
+}
+ST_MODEL_TEST(test_draft_model_refused)
 
 static void test_bad_values_fail_at_once(void **state)
 {
@@ -127,6 +204,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_drafts_through_the_server_guard, st_kill_leftover),
         cmocka_unit_test_teardown(test_bad_values_fail_at_once_guard, st_kill_leftover),
+        cmocka_unit_test_teardown(test_draft_model_through_the_server_guard, st_kill_leftover),
+        cmocka_unit_test_teardown(test_draft_model_refused_guard, st_kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
 }

@@ -7,11 +7,21 @@
  * a source that proposes nothing degrades to plain decoding; `ready` names
  * the configuration; grammar-constrained requests give their tokens too;
  * and the acceptance rule keeps the distribution of
- * sampled tokens (a chi-square bound over a fixed seed set). */
+ * sampled tokens (a chi-square bound over a fixed seed set).
+ *
+ * The draft-model source (--draft-model) the same way: stories260K as its
+ * own draft, and random-weight pairs made here with model_make (the tiny
+ * preset: an F32 target with a Q4_0 draft of the same seed, which agrees
+ * often, and a draft of another seed, which does not); a draft whose
+ * vocabulary differs is refused at start; a draft that proposes nothing,
+ * or only rejected tokens, degrades to plain decoding, and the throttle
+ * keeps failing drafts few. */
 #include "engine/engine.h"
 #include "engine/protocol.h"
 #include "engine/spec.h"
+#include "model/mkmodel.h"
 #include "model/model.h"
+#include "gguf/types.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -28,6 +39,9 @@
 
 static model *g_stories;
 static model *g_random;
+/* made by setup: the tiny preset, seed 1 in F32 and Q4_0, and seed 2 */
+static model *g_tiny, *g_tiny_q4, *g_tiny_other;
+static char g_tmpdir[512];
 
 /* ---- the draft source ---- */
 
@@ -356,9 +370,8 @@ static void test_ready_and_params(void **state)
  * without speculation (two-sample chi-square, bins with too few counts
  * merged, below the 0.999 quantile). With this rule the seeded outputs
  * are even equal, which assert_same checks first. */
-static void test_acceptance_distribution(void **state)
+static void acceptance_check(const engine_params *spec)
 {
-    (void)state;
     et_golden g[1];
     assert_int_equal(et_load_greedy(g, 1), 1);
     enum { N_SEEDS = 240, AT = 24 };
@@ -376,9 +389,7 @@ static void test_acceptance_distribution(void **state)
         jobs[i].extra = "\"ignore_eos\":true";
     }
     engine_params plain = {.n_slots = 16, .n_ctx = 256, .n_batch = 256, .n_threads = 2};
-    engine_params p = plain;
-    p.draft_ngram = true;
-    p.draft_p_min = -1.0f;
+    engine_params p = *spec;
     et_collect *a = run_jobs(g_stories, &plain, jobs, N_SEEDS);
     et_collect *b = run_jobs(g_stories, &p, jobs, N_SEEDS);
     assert_true(sum_stat(b, N_SEEDS, false) > 0);
@@ -422,6 +433,317 @@ static void test_acceptance_distribution(void **state)
     et_collect_free(b);
 }
 
+static void test_acceptance_distribution(void **state)
+{
+    (void)state;
+    engine_params p = {.n_slots = 16, .n_ctx = 256, .n_batch = 256, .n_threads = 2,
+                       .draft_ngram = true, .draft_p_min = -1.0f};
+    acceptance_check(&p);
+}
+
+/* The same with a draft model: stories260K drafting for itself, whose
+ * greedy drafts the sampled target often takes and often rejects. */
+static void test_acceptance_distribution_model(void **state)
+{
+    (void)state;
+    engine_params p = {.n_slots = 16, .n_ctx = 256, .n_batch = 256, .n_threads = 2,
+                       .draft_model = g_stories, .draft_p_min = -1.0f};
+    acceptance_check(&p);
+}
+
+/* ---- the draft-model source ---- */
+
+/* stories260K as its own draft: every request gives the reference tokens
+ * (greedy with logprobs, seeded), across slot counts, chunk sizes, thread
+ * counts and draft limits, mixed with requests that opt out and with a
+ * pool small enough to preempt; and its drafts are mostly accepted. */
+static void test_model_stories_equal(void **state)
+{
+    (void)state;
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 120);
+    assert_true(n >= 2);
+    engine_params plain = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    const struct { int slots; int64_t batch; int threads; int draft_max; float p_min; } cfg[] = {
+        {4, 64, 1, 0, 0.0f}, {1, 512, 2, 4, 0.0f}, {8, 12, 1, 8, -1.0f}, {3, 5, 2, 16, 0.3f},
+        {16, 256, 1, 2, 0.9f},
+    };
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 512, .n_batch = cfg[c].batch,
+                           .n_threads = cfg[c].threads, .draft_model = g_stories,
+                           .draft_max = cfg[c].draft_max, .draft_p_min = cfg[c].p_min};
+        et_collect *got = run_jobs(g_stories, &p, jobs, n);
+        assert_same(ref, got, n);
+        int64_t drafted = sum_stat(got, n, false), accepted = sum_stat(got, n, true);
+        print_message("draft model: slots %d batch %lld draft-max %d p-min %.1f: %lld drafted, "
+                      "%lld accepted\n", cfg[c].slots, (long long)cfg[c].batch, cfg[c].draft_max,
+                      (double)cfg[c].p_min, (long long)drafted, (long long)accepted);
+        assert_true(accepted > 0);
+        /* the same model: its greedy drafts are the greedy requests' tokens
+         * (up to the penalties these requests do not use) */
+        int64_t gd = 0, ga = 0;
+        for (int i = 1; i <= n; i += 2) {
+            gd += got->recs[i].stats.draft_n;
+            ga += got->recs[i].stats.draft_accepted_n;
+        }
+        assert_true(gd > 0 && ga * 10 >= gd * 9);
+        et_collect_free(got);
+    }
+    /* opted out, no prefix cache, a per-request cap; then a small pool */
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 1) jobs[i].extra = "\"speculative\":false";
+        if (i % 3 == 2) jobs[i].extra = "\"cache\":false,\"draft_max\":2,\"logprobs\":1";
+    }
+    et_collect_free(ref);
+    engine_params mix = {.n_slots = 8, .n_ctx = 512, .n_batch = 48, .n_threads = 1};
+    ref = run_jobs(g_stories, &mix, jobs, n);
+    mix.draft_model = g_stories;
+    et_collect *got = run_jobs(g_stories, &mix, jobs, n);
+    assert_same(ref, got, n);
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 1) assert_int_equal(got->recs[i + 1].stats.draft_n, 0);
+    }
+    mix.kv_max_tokens = 256;
+    mix.n_slots = 4;
+    et_collect *small = run_jobs(g_stories, &mix, jobs, n);
+    assert_same(ref, small, n);
+    int64_t preempted = 0;
+    for (int i = 1; i <= n; i++) preempted += small->recs[i].stats.preempted;
+    print_message("draft model, small pool: %lld preemptions\n", (long long)preempted);
+    assert_true(preempted > 0);
+    et_collect_free(small);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+/* Prompts of the random-weight pairs: some repeat, some do not; greedy
+ * and seeded. */
+static int tiny_jobs(job *jobs, int n, int64_t vocab, int64_t max_tokens)
+{
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        memset(j, 0, sizeof(*j));
+        j->n_prompt = 20 + (size_t)(i * 13 % 70);
+        for (size_t k = 0; k < j->n_prompt; k++) {
+            j->prompt[k] = (int32_t)((i % 2 ? k % (size_t)(3 + i) : k * 7 + (size_t)i) * 37 %
+                                     (size_t)vocab);
+        }
+        j->max_tokens = max_tokens;
+        j->temperature = i % 3 == 2 ? 0.8 : 0.0;
+        j->seed = 11 + i;
+        j->extra = i % 3 == 0 ? "\"logprobs\":1" : NULL;
+    }
+    return n;
+}
+
+/* Random-weight pairs: an F32 target with its own Q4_0 quantization as the
+ * draft, and with an unrelated draft (another seed), alone and batched,
+ * across chunk sizes. */
+static void test_model_random_pairs(void **state)
+{
+    (void)state;
+    if (g_tiny == NULL) skip();
+    job jobs[8];
+    int n = tiny_jobs(jobs, 8, g_tiny->hp.n_vocab, 48);
+    engine_params plain = {.n_slots = 4, .n_ctx = 256, .n_batch = 32, .n_threads = 1};
+    et_collect *ref = run_jobs(g_tiny, &plain, jobs, n);
+    et_collect *ref1 = run_jobs(g_tiny, &plain, jobs, 1); /* alone */
+    const struct { const model *draft; int slots; int64_t batch; int threads; float p_min; } cfg[] = {
+        {g_tiny_q4, 4, 32, 1, -1.0f}, {g_tiny_q4, 1, 7, 1, -1.0f}, {g_tiny_q4, 8, 256, 2, -1.0f},
+        {g_tiny_other, 4, 32, 1, -1.0f}, {g_tiny_other, 3, 5, 1, -1.0f},
+    };
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 256, .n_batch = cfg[c].batch,
+                           .n_threads = cfg[c].threads, .draft_model = cfg[c].draft,
+                           .draft_p_min = cfg[c].p_min};
+        et_collect *got = run_jobs(g_tiny, &p, jobs, n);
+        assert_same(ref, got, n);
+        et_collect *one = run_jobs(g_tiny, &p, jobs, 1);
+        assert_same(ref1, one, 1);
+        int64_t drafted = sum_stat(got, n, false), accepted = sum_stat(got, n, true);
+        print_message("tiny pair %s: slots %d batch %lld p-min %.1f: %lld drafted, %lld "
+                      "accepted\n", cfg[c].draft == g_tiny_q4 ? "q4_0" : "other seed",
+                      cfg[c].slots, (long long)cfg[c].batch, (double)cfg[c].p_min,
+                      (long long)drafted, (long long)accepted);
+        if (cfg[c].p_min < 0) assert_true(drafted > 0);
+        if (cfg[c].draft == g_tiny_q4 && cfg[c].p_min < 0) assert_true(accepted > 0);
+        et_collect_free(one);
+        et_collect_free(got);
+    }
+    et_collect_free(ref1);
+    et_collect_free(ref);
+}
+
+/* A draft that proposes nothing (p-min 1: no softmax reaches it) decodes
+ * exactly as without it, draft_n 0; one whose drafts are all rejected is
+ * throttled: after a few failed rounds it drafts ever more rarely. */
+static void test_model_degrades(void **state)
+{
+    (void)state;
+    if (g_tiny == NULL) skip();
+    job jobs[3];
+    int n = tiny_jobs(jobs, 3, g_tiny->hp.n_vocab, 200);
+    engine_params plain = {.n_slots = 3, .n_ctx = 256, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_tiny, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_model = g_tiny_q4;
+    p.draft_p_min = 1.0f;
+    et_collect *got = run_jobs(g_tiny, &p, jobs, n);
+    assert_same(ref, got, n);
+    assert_int_equal(sum_stat(got, n, false), 0);
+    et_collect_free(got);
+    /* the unrelated draft without a threshold: drafts whatever it thinks */
+    p.draft_model = g_tiny_other;
+    p.draft_p_min = -1.0f;
+    p.draft_max = 4;
+    got = run_jobs(g_tiny, &p, jobs, n);
+    assert_same(ref, got, n);
+    for (int i = 1; i <= n; i++) {
+        const proto_stats *st = &got->recs[i].stats;
+        print_message("unrelated draft, id %d: %lld tokens, %lld drafted, %lld accepted\n", i,
+                      (long long)st->predicted_n, (long long)st->draft_n,
+                      (long long)st->draft_accepted_n);
+        /* with no accepted draft the throttle lets at most 2 + 7 rounds
+         * (pauses 1, 2, 4 .. 64) through in 200 steps; every accepted
+         * draft may restart it, so the bound grows with them */
+        assert_true(st->draft_n <= 4 * (10 + 10 * st->draft_accepted_n));
+    }
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+/* Pauses of the throttle: two failed rounds, then 1, 2, 4 ... 64 steps;
+ * an accepted draft starts over. */
+static void test_throttle(void **state)
+{
+    (void)state;
+    spec_throttle t = {0};
+    int rounds = 0, steps = 0;
+    int pauses[16], n_pauses = 0;
+    while (steps < 400) {
+        int skipped = 0;
+        while (spec_throttle_skip(&t)) {
+            skipped++;
+            steps++;
+        }
+        if (skipped > 0 && n_pauses < 16) pauses[n_pauses++] = skipped;
+        spec_throttle_round(&t, false);
+        rounds++;
+        steps++;
+    }
+    assert_true(n_pauses >= 8);
+    int want = 1;
+    for (int i = 0; i < n_pauses; i++) {
+        assert_int_equal(pauses[i], want);
+        if (want < SPEC_THROTTLE_MAX) want *= 2;
+    }
+    /* 400 steps of failures: a small share of rounds */
+    print_message("throttle: %d rounds in %d steps\n", rounds, steps);
+    assert_true(rounds <= 2 + 7 + (400 - 127) / 64 + 1);
+    /* success resets it */
+    spec_throttle_round(&t, true);
+    assert_false(spec_throttle_skip(&t) && spec_throttle_skip(&t) && spec_throttle_skip(&t) &&
+                 spec_throttle_skip(&t) && spec_throttle_skip(&t) && spec_throttle_skip(&t) &&
+                 spec_throttle_skip(&t) && spec_throttle_skip(&t) && spec_throttle_skip(&t));
+    t = (spec_throttle){0};
+    assert_int_equal(spec_throttle_cap(&t, 4, 1), 4);
+    assert_int_equal(spec_throttle_cap(&t, 3, 1), 3);
+    spec_throttle_round(&t, false);
+    assert_false(spec_throttle_skip(&t));
+    /* one failure halves the next round's drafts, two leave one (or draft_min) */
+    assert_int_equal(spec_throttle_cap(&t, 4, 1), 2);
+    spec_throttle round2 = t;
+    spec_throttle_round(&round2, false);
+    assert_int_equal(spec_throttle_cap(&round2, 4, 1), 1);
+    assert_int_equal(spec_throttle_cap(&round2, 16, 3), 4);
+    assert_int_equal(spec_throttle_cap(&round2, 2, 3), 2);
+    spec_throttle_round(&t, true);
+    spec_throttle_round(&t, false);
+    assert_false(spec_throttle_skip(&t)); /* the failures must be in a row */
+}
+
+/* Vocabularies that differ are refused at start, naming the difference:
+ * sizes (stories260K's 512 against llama-2-tiny-random's 32000), and the
+ * same size with other token texts (stories260K against the tiny preset's
+ * byte vocabulary, 512 both). Both sources at once are refused too. */
+static void test_model_vocab_refused(void **state)
+{
+    (void)state;
+    engine *e = NULL;
+    strata_err err;
+    engine_params p = {.n_slots = 2, .n_ctx = 128};
+    if (g_random != NULL) {
+        p.draft_model = g_random;
+        assert_int_equal(engine_init(&e, g_stories, &p, &err), STRATA_EINVAL);
+        assert_null(e);
+        print_message("%s\n", err.msg);
+        assert_non_null(strstr(err.msg, "32000"));
+        assert_non_null(strstr(err.msg, "vocabulary"));
+    }
+    if (g_tiny != NULL) {
+        assert_int_equal(g_tiny->hp.n_vocab, g_stories->hp.n_vocab);
+        p.draft_model = g_tiny;
+        assert_int_equal(engine_init(&e, g_stories, &p, &err), STRATA_EINVAL);
+        print_message("%s\n", err.msg);
+        assert_non_null(strstr(err.msg, "token "));
+        assert_non_null(strstr(err.msg, "vocabulary"));
+        /* the pair that agrees is taken, and `ready` says so */
+        p.draft_model = g_tiny_q4;
+        assert_int_equal(engine_init(&e, g_tiny, &p, &err), 0);
+        proto_msg r;
+        engine_ready(e, &r);
+        assert_string_equal(r.u.ready.draft_source, "model");
+        assert_int_equal(r.u.ready.draft_max, 4);
+        engine_free(e);
+        e = NULL;
+    }
+    p.draft_model = g_stories;
+    p.draft_ngram = true;
+    assert_int_equal(engine_init(&e, g_stories, &p, &err), STRATA_EINVAL);
+    assert_non_null(strstr(err.msg, "give one"));
+}
+
+/* Grammar-constrained requests with the draft model. */
+static void test_model_grammar(void **state)
+{
+    (void)state;
+    json_t *gs = json_string("root ::= (\"the cat \" | \"the dog \" | \"ran \" | \"and \")+");
+    char *enc = json_dumps(gs, JSON_ENCODE_ANY);
+    json_decref(gs);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"grammar\":%s", enc);
+    free(enc);
+    job jobs[4];
+    int n = stories_jobs(jobs, 4, 60);
+    for (int i = 0; i < n; i++) jobs[i].extra = extra;
+    engine_params plain = {.n_slots = 2, .n_ctx = 256, .n_batch = 32, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_model = g_stories;
+    p.draft_p_min = -1.0f;
+    et_collect *got = run_jobs(g_stories, &p, jobs, n);
+    assert_same(ref, got, n);
+    assert_true(sum_stat(got, n, false) > 0);
+    et_collect_free(got);
+    et_collect_free(ref);
+}
+
+static model *make_tiny(const char *name, uint32_t type, uint64_t seed)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/%s", g_tmpdir, name);
+    model_make_opts o = {.preset = model_preset_find("tiny"), .type = type, .seed = seed,
+                         .out_path = path, .quiet = true, .n_threads = 1};
+    strata_err err;
+    model *m = NULL;
+    if (model_make(&o, &err) != 0 || model_open(&m, path, &err) != 0) {
+        print_error("%s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -436,6 +758,20 @@ static int setup(void **state)
         model_open(&g_random, path, &err) != 0) {
         g_random = NULL;
     }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_tmpdir, sizeof(g_tmpdir), "%s/strata-spec-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
+    if (mkdtemp(g_tmpdir) != NULL) {
+        g_tiny = make_tiny("tiny-f32.gguf", STRATA_TYPE_F32, 1);
+        g_tiny_q4 = make_tiny("tiny-q4_0.gguf", STRATA_TYPE_Q4_0, 1);
+        g_tiny_other = make_tiny("tiny-seed2.gguf", STRATA_TYPE_Q4_0, 2);
+    }
+    if (g_tiny == NULL || g_tiny_q4 == NULL || g_tiny_other == NULL) {
+        print_error("the random-weight pairs could not be made: their tests are skipped\n");
+        model_close(g_tiny);
+        model_close(g_tiny_q4);
+        model_close(g_tiny_other);
+        g_tiny = g_tiny_q4 = g_tiny_other = NULL;
+    }
     return 0;
 }
 
@@ -444,6 +780,18 @@ static int teardown(void **state)
     (void)state;
     model_close(g_stories);
     if (g_random != NULL) model_close(g_random);
+    model_close(g_tiny);
+    model_close(g_tiny_q4);
+    model_close(g_tiny_other);
+    if (g_tmpdir[0] != '\0') {
+        const char *names[] = {"tiny-f32.gguf", "tiny-q4_0.gguf", "tiny-seed2.gguf"};
+        char path[700];
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof(path), "%s/%s", g_tmpdir, names[i]);
+            unlink(path);
+        }
+        rmdir(g_tmpdir);
+    }
     return 0;
 }
 
@@ -458,6 +806,13 @@ int main(void)
         cmocka_unit_test(test_grammar),
         cmocka_unit_test(test_ready_and_params),
         cmocka_unit_test(test_acceptance_distribution),
+        cmocka_unit_test(test_throttle),
+        cmocka_unit_test(test_model_vocab_refused),
+        cmocka_unit_test(test_model_stories_equal),
+        cmocka_unit_test(test_model_random_pairs),
+        cmocka_unit_test(test_model_degrades),
+        cmocka_unit_test(test_model_grammar),
+        cmocka_unit_test(test_acceptance_distribution_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
