@@ -259,7 +259,7 @@ void kv_prefix_on_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos)
 
 int64_t kv_prefix_match(const kv_cache *kv, const int32_t *tokens, int64_t n)
 {
-    if (kv->prefix == NULL) return 0;
+    if (kv->prefix == NULL || kv->layer_swa != NULL) return 0;
     const int bt = kv->block_tokens;
     uint64_t hash = CHAINHASH_ROOT, parent = 0;
     int64_t i = 0;
@@ -316,6 +316,8 @@ int kv_seq_reuse_prefix(kv_cache *kv, int32_t seq_id, const int32_t *tokens, int
     kv_seq *s = &kv->seqs[seq_id];
     const int bt = kv->block_tokens;
     p->lookup_tokens += n;
+    /* window layers keep no cached prefix's window (kv_prefix.h) */
+    if (kv->layer_swa != NULL) return 0;
     /* the chain, by reference, block by block from position 0; the cursor
      * before the last block is kept in case that block must be copied */
     uint64_t hash = CHAINHASH_ROOT, parent = 0, prev_hash = hash, prev_parent = 0;
@@ -363,6 +365,7 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq_id, const int32_t *tokens)
 {
     kv_prefix *p = kv->prefix;
     if (p == NULL || seq_id < 0 || seq_id >= kv->n_seq_max || !kv->seqs[seq_id].active) return;
+    if (kv->layer_swa != NULL) return; /* nothing could reuse it (kv_prefix.h) */
     const kv_seq *s = &kv->seqs[seq_id];
     const int bt = kv->block_tokens;
     int64_t full = s->n_pos / bt;

@@ -31,6 +31,15 @@
  * cached blocks computes bit for bit what it would have computed cold.
  * Only causal models may publish (every architecture of model.h is).
  *
+ * Sliding windows. A cache with window layers (kv_cache.h) publishes
+ * nothing and reuses nothing: to go on from a cached prefix of length L a
+ * window layer needs the rows of L - n_swa .. L - 1, and the window pool
+ * gives those back as soon as the sequence that wrote them moves past
+ * them. Keeping them for every published block would cost exactly the
+ * memory the window saves; keeping them only at chain ends would serve a
+ * resent conversation but not a shared system prompt. So such models
+ * recompute their prompts; lookups still count (as misses).
+ *
  * Threads: as kv_cache (the owner thread only). */
 #ifndef STRATA_MODEL_KV_PREFIX_H
 #define STRATA_MODEL_KV_PREFIX_H
