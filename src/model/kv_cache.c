@@ -179,7 +179,9 @@ int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err)
         kv->layer_swa = calloc((size_t)kv->n_layer, 1);
         kv->layer_slot = calloc((size_t)kv->n_layer, sizeof(int64_t));
         kv->w_free_ids = malloc((size_t)kv->w_n_blocks * sizeof(int32_t));
-        swa_ok = kv->layer_swa != NULL && kv->layer_slot != NULL && kv->w_free_ids != NULL;
+        kv->w_refcount = calloc((size_t)kv->w_n_blocks, sizeof(int32_t));
+        swa_ok = kv->layer_swa != NULL && kv->layer_slot != NULL && kv->w_free_ids != NULL &&
+                 kv->w_refcount != NULL;
         for (int64_t l = 0, n_full = 0, n_swa = 0; swa_ok && l < kv->n_layer; l++) {
             kv->layer_swa[l] = p->layer_swa[l] != 0;
             kv->layer_slot[l] = kv->layer_swa[l] ? n_swa++ : n_full++;
@@ -247,6 +249,7 @@ void kv_cache_free(kv_cache *kv)
     free(kv->layer_swa);
     free(kv->layer_slot);
     free(kv->w_free_ids);
+    free(kv->w_refcount);
     free(kv->step_held);
     free(kv->step_free_since);
     free(kv->step_committed);
@@ -507,10 +510,25 @@ void kv_seq_remove(kv_cache *kv, int32_t seq_id)
 
 /* ---- the window pool ---- */
 
+int32_t kv_window_alloc(kv_cache *kv)
+{
+    assert(kv->w_n_free > 0);
+    int32_t id = heap_pop_in(kv->w_free_ids, &kv->w_n_free);
+    assert(kv->w_refcount[id] == 0);
+    kv->w_refcount[id] = 1;
+    return id;
+}
+
+void kv_window_unref(kv_cache *kv, int32_t id)
+{
+    assert(kv->w_refcount[id] > 0);
+    if (--kv->w_refcount[id] == 0) heap_push_in(kv->w_free_ids, &kv->w_n_free, id);
+}
+
 static void window_release(kv_cache *kv, kv_seq *s, int32_t idx)
 {
     assert(s->w_blocks[idx] >= 0);
-    heap_push_in(kv->w_free_ids, &kv->w_n_free, s->w_blocks[idx]);
+    kv_window_unref(kv, s->w_blocks[idx]);
     s->w_blocks[idx] = -1;
 }
 
@@ -540,25 +558,28 @@ int kv_seq_window_advance(kv_cache *kv, int32_t seq_id, int64_t p_first, int64_t
     int64_t floor_pos = p_first - kv->n_swa - kv->swa_slack;
     int64_t drop = floor_pos > 0 ? floor_pos / bt : 0; /* blocks [0, drop) end at or before it */
     if (drop > s->w_end) drop = s->w_end;
-    int32_t want = (int32_t)((p_end + bt - 1) / bt);
-    int32_t first_new = s->w_end > (int32_t)drop ? s->w_end : (int32_t)drop;
-    int32_t need = want > first_new ? want - first_new : 0;
-    int32_t freed = 0;
-    for (int32_t i = s->w_lo; i < (int32_t)drop; i++) freed += s->w_blocks[i] >= 0;
-    if (need > kv->w_n_free + freed) {
-        return strata_err_set(err, STRATA_ERANGE,
-                              "KV cache: the sliding-window pool is full (sequence %" PRId32
-                              " needs %" PRId32 " blocks, %" PRId32 " are free)",
-                              seq_id, need, kv->w_n_free + freed);
-    }
+    /* what no later query sees goes first (always right to give back);
+     * the prefix cache lets go of it too: only chain ends keep a window */
     for (int32_t i = s->w_lo; i < (int32_t)drop; i++) {
-        if (s->w_blocks[i] >= 0) window_release(kv, s, i);
+        if (s->w_blocks[i] < 0) continue;
+        if (kv->prefix != NULL) kv_prefix_on_window_drop(kv, s->blocks[i], s->w_blocks[i]);
+        window_release(kv, s, i);
     }
     if (drop > s->w_lo) s->w_lo = (int32_t)drop;
     if (s->w_end < s->w_lo) s->w_end = s->w_lo;
-    while (s->w_end < want) {
-        s->w_blocks[s->w_end++] = heap_pop_in(kv->w_free_ids, &kv->w_n_free);
+    int32_t want = (int32_t)((p_end + bt - 1) / bt);
+    int32_t need = want > s->w_end ? want - s->w_end : 0;
+    /* windows the prefix cache keeps for ended sequences make room */
+    if (need > kv->w_n_free && kv->prefix != NULL) {
+        kv_prefix_evict_windows(kv, need - kv->w_n_free);
     }
+    if (need > kv->w_n_free) {
+        return strata_err_set(err, STRATA_ERANGE,
+                              "KV cache: the sliding-window pool is full (sequence %" PRId32
+                              " needs %" PRId32 " blocks, %" PRId32 " are free)",
+                              seq_id, need, kv->w_n_free);
+    }
+    while (s->w_end < want) s->w_blocks[s->w_end++] = kv_window_alloc(kv);
     return 0;
 }
 
@@ -593,6 +614,14 @@ int kv_seq_check_writable(const kv_cache *kv, int32_t seq_id, int64_t p0, strata
     if (p0 < 0 || p0 % kv->block_tokens == 0) return 0;
     int64_t idx = p0 / kv->block_tokens;
     if (idx >= s->n_blocks) return 0;
+    if (kv->layer_swa != NULL && idx >= s->w_lo && idx < s->w_end &&
+        kv->w_refcount[s->w_blocks[idx]] != 1) {
+        return strata_err_set(err, STRATA_EINVAL,
+                              "KV cache: sequence %" PRId32 " would write position %" PRId64
+                              " into window block %" PRId32 ", which is shared (%" PRId32
+                              " references): shared blocks are read-only",
+                              seq_id, p0, s->w_blocks[idx], kv->w_refcount[s->w_blocks[idx]]);
+    }
     int32_t b = s->blocks[idx];
     if (kv->refcount[b] == 1) return 0;
     return strata_err_set(err, STRATA_EINVAL,

@@ -63,10 +63,12 @@
  * more than swa_slack positions before the last chunk's start: the window
  * of the new end is still held (kv_seq_can_truncate says whether). A cut
  * further back empties the sequence (the caller re-feeds it).
- * Window blocks are never shared, and the prefix cache reuses nothing for
- * such a cache (kv_prefix.h): the window of a cached prefix's end is gone
- * once its sequence has moved on, and keeping it would cost what the
- * window saves.
+ * Window blocks carry reference counts as main blocks do: the prefix
+ * cache keeps the window of a published chain's end (kv_prefix.h,
+ * "Sliding windows"), and a sequence that reuses the chain shares those
+ * blocks read-only. Windows the cache keeps give way (are dropped, with
+ * their chains staying listed) when a sequence needs a window block and
+ * none is free.
  *
  * Threads: not thread-safe; the forward pass's owner thread calls the
  * mutating functions between passes, and worker threads only read rows
@@ -151,6 +153,7 @@ typedef struct kv_cache {
     uint8_t *wk;           /* (n_layer_swa, w_n_blocks, n_head_kv, block_tokens, head_dim) */
     uint8_t *wv;
     int32_t *w_free_ids;   /* (w_n_blocks) min-heap of free window block ids */
+    int32_t *w_refcount;   /* (w_n_blocks) holders: sequences and the prefix cache */
     int32_t w_n_free;
     size_t wk_map_bytes, wv_map_bytes;
 } kv_cache;
@@ -328,5 +331,10 @@ uint8_t *kv_v_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos
  * caller set to 0. Both keep the steps' figures. */
 int32_t kv_block_alloc(kv_cache *kv);
 void kv_block_free(kv_cache *kv, int32_t id);
+
+/* For kv_prefix.c: takes a free window block (the list must not be
+ * empty), refcount 1; drops one reference, freeing the block at 0. */
+int32_t kv_window_alloc(kv_cache *kv);
+void kv_window_unref(kv_cache *kv, int32_t id);
 
 #endif

@@ -5,7 +5,8 @@
  * (a window of 8 on layer 0): the window blocks in use stay bounded over
  * 1000 positions in chunks of 7, a speculative rollback gives the same
  * logits as a straight run, going back past the held window is refused,
- * and the prefix cache reuses nothing (so gives the same logits). */
+ * and the prefix cache goes on from a chain's end (whose window it keeps)
+ * with the cold logits, and from nothing else. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -252,8 +253,38 @@ static void test_gemma3_rollback(void **state)
     free(got);
 }
 
-/* The prefix cache with window layers: nothing is published or reused,
- * and a second run of the same prompt gives the same logits. */
+/* Feeds like feed() and publishes after each chunk, as the engine does. */
+static void feed_pub(model_ctx *ctx, int32_t seq, const int32_t *ids, int64_t p0, int64_t p1,
+                     float *logits, int64_t n_vocab)
+{
+    for (int64_t off = p0; off < p1; off += 16) {
+        int64_t e = p1 - off < 16 ? p1 : off + 16;
+        feed(ctx, seq, ids, off, e, 16, logits, n_vocab);
+        kv_prefix_publish(model_ctx_kv(ctx), seq, ids);
+    }
+}
+
+static void reuse(kv_cache *kv, int32_t seq, const int32_t *ids, int64_t n, int64_t expect)
+{
+    strata_err err;
+    assert_int_equal(kv_seq_add(kv, seq, &err), 0);
+    int64_t got = -1;
+    assert_int_equal(kv_seq_reuse_prefix(kv, seq, ids, n, 0, &got, &err), 0);
+    if (got != expect) fail_msg("reused %lld tokens, expected %lld", (long long)got, (long long)expect);
+    assert_int_equal(kv_seq_len(kv, seq), got);
+}
+
+static void same_rows(const float *a, const float *b, int64_t p0, int64_t p1, int64_t nv)
+{
+    assert_memory_equal(a + p0 * nv, b + p0 * nv, (size_t)((p1 - p0) * nv) * sizeof(float));
+}
+
+/* The prefix cache with window layers keeps the window of a chain's end:
+ * the same prompt again (a running sequence's, then an ended one's, then
+ * one that ends exactly on a block, copied on write) goes on from it with
+ * the cold run's logits bit for bit; a prompt sharing only an early part
+ * (whose window is gone) reuses nothing; new sequences needing window
+ * blocks push the kept windows out instead of failing. */
 static void test_gemma3_prefix(void **state)
 {
     (void)state;
@@ -262,33 +293,91 @@ static void test_gemma3_prefix(void **state)
     const int64_t nv = m->hp.n_vocab;
     int64_t n = 0;
     int32_t *ids = load_ids(&n);
-    float *a = malloc((size_t)(200 * nv) * sizeof(float));
-    float *b = malloc((size_t)(200 * nv) * sizeof(float));
+    float *cold = malloc((size_t)(300 * nv) * sizeof(float));
+    float *got = malloc((size_t)(300 * nv) * sizeof(float));
+    strata_err err;
+    /* the cold reference, without the cache */
+    model_ctx *ref = mt_ctx(m, 1024, 1, 2, 16);
+    assert_int_equal(kv_seq_add(model_ctx_kv(ref), 0, &err), 0);
+    feed(ref, 0, ids, 0, 300, 16, cold, nv);
+    model_ctx_free(ref);
+
     model_ctx *ctx = mt_ctx(m, 1024, 2, 2, 16);
     kv_cache *kv = model_ctx_kv(ctx);
-    strata_err err;
     assert_int_equal(kv_prefix_enable(kv, -1, &err), 0);
     assert_int_equal(kv_seq_add(kv, 0, &err), 0);
-    feed(ctx, 0, ids, 0, 200, 16, a, nv);
-    kv_prefix_publish(kv, 0, ids);
+    feed_pub(ctx, 0, ids, 0, 200, got, nv);
+    same_rows(got, cold, 0, 200, nv);
     kv_prefix_stats st;
     kv_prefix_get_stats(kv, &st);
-    assert_int_equal(st.blocks_cached, 0);
-    assert_int_equal(kv_prefix_match(kv, ids, 200), 0);
+    assert_int_equal(st.blocks_cached, 6);
+    /* the chain's end (192) has its window; 96 lost its own */
+    assert_int_equal(kv_prefix_match(kv, ids, 200), 192);
+    assert_int_equal(kv_prefix_match(kv, ids, 100), 0);
+
+    /* while sequence 0 runs */
+    reuse(kv, 1, ids, 200, 192);
+    memset(got, 0, (size_t)(300 * nv) * sizeof(float));
+    feed(ctx, 1, ids, 192, 200, 16, got, nv);
+    same_rows(got, cold, 192, 200, nv);
+    kv_seq_remove(kv, 1);
+
+    /* a shared early part only */
+    int32_t *alt = malloc((size_t)n * sizeof(int32_t));
+    memcpy(alt, ids, (size_t)n * sizeof(int32_t));
+    for (int64_t i = 100; i < n; i++) alt[i] = (alt[i] + 3) % (int32_t)nv;
+    reuse(kv, 1, alt, 200, 0);
+    kv_seq_remove(kv, 1);
+
+    /* the next turn of an ended sequence */
+    kv_seq_remove(kv, 0);
+    reuse(kv, 0, ids, 300, 192);
+    feed_pub(ctx, 0, ids, 192, 300, got, nv);
+    same_rows(got, cold, 192, 300, nv);
+    kv_seq_remove(kv, 0);
+
+    /* a prompt that is exactly the chain (9 blocks): the last position
+     * again, into copies of the last main and window blocks */
+    reuse(kv, 0, ids, 288, 287);
+    feed(ctx, 0, ids, 287, 288, 1, got, nv);
+    same_rows(got, cold, 287, 288, nv);
+    kv_seq_remove(kv, 0);
+    assert_int_equal(kv_prefix_match(kv, ids, 288), 288);
+
+    /* two new prompts at once need every window block: the kept windows
+     * give way */
+    const int32_t kept = kv_window_blocks_used(kv);
+    assert_true(kept > 0);
+    assert_int_equal(kv_seq_add(kv, 0, &err), 0);
     assert_int_equal(kv_seq_add(kv, 1, &err), 0);
-    int64_t reused = -1;
-    assert_int_equal(kv_seq_reuse_prefix(kv, 1, ids, 200, 0, &reused, &err), 0);
-    assert_int_equal(reused, 0);
-    feed(ctx, 1, ids, 0, 200, 16, b, nv);
-    assert_memory_equal(a, b, (size_t)(200 * nv) * sizeof(float));
-    kv_prefix_get_stats(kv, &st);
-    assert_int_equal(st.hit_tokens, 0);
-    assert_int_equal(st.lookup_tokens, 200);
+    int32_t seqs[32], pos[32];
+    for (int64_t off = 0; off < 200; off += 16) {
+        for (int64_t i = 0; i < 16; i++) {
+            seqs[i] = 0;
+            seqs[16 + i] = 1;
+            pos[i] = pos[16 + i] = (int32_t)(off + i);
+        }
+        int32_t toks[32];
+        memcpy(toks, alt + off, 16 * sizeof(int32_t));
+        memcpy(toks + 16, alt + 300 + off, 16 * sizeof(int32_t));
+        int8_t none[32] = {0};
+        model_batch b = {.n_tokens = 32, .tokens = toks, .seq_ids = seqs, .pos = pos,
+                         .want_logits = none};
+        if (model_forward(ctx, &b, NULL, &err) != 0) fail_msg("model_forward: %s", err.msg);
+    }
+    print_message("windows kept %d of %d; after two new prompts the old chain matches %lld\n",
+                  kept, kv->w_n_blocks, (long long)kv_prefix_match(kv, ids, 288));
+    assert_true(kept + 2 * 4 > kv->w_n_blocks); /* so some had to go */
+    kv_seq_remove(kv, 0);
+    kv_seq_remove(kv, 1);
+    assert_int_equal(kv_window_blocks_used(kv) <= kv->w_n_blocks, 1);
+
     model_ctx_free(ctx);
     model_close(m);
     free(ids);
-    free(a);
-    free(b);
+    free(alt);
+    free(cold);
+    free(got);
 }
 
 int main(void)
