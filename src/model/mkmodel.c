@@ -289,9 +289,15 @@ static int utf8_put(char *out, unsigned cp)
 /* The built-in vocabulary: byte-level BPE with no merges. Token b < 256 is
  * byte b, spelled with the printable stand-in that byte-level BPE uses
  * (printable Latin-1 bytes stand for themselves, the rest map to 256+k in
- * order); then BOS and EOS; then reserved control tokens up to n_vocab. */
-static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, strata_err *err)
+ * order); then BOS and EOS; then reserved control tokens up to n_vocab.
+ * For phi3 the first four reserved ones are Phi-3's own special tokens:
+ * llama.cpp looks them up by name in any model it takes for a Phi-3 (by
+ * its general.name) and refuses a vocabulary without them. */
+static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, const char *arch,
+                             strata_err *err)
 {
+    static const char *const phi3_special[] = {"<unk>", "<s>", "</s>", "<|endoftext|>"};
+    const bool phi3 = strcmp(arch, "phi3") == 0;
     if (n_vocab < 258) n_vocab = 258;
     char **toks = calloc((size_t)n_vocab, sizeof(*toks));
     int32_t *types = calloc((size_t)n_vocab, sizeof(*types));
@@ -315,6 +321,7 @@ static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, strata_err *err)
         char buf[48];
         if (i == 256) snprintf(buf, sizeof(buf), "<|begin_of_text|>");
         else if (i == 257) snprintf(buf, sizeof(buf), "<|end_of_text|>");
+        else if (phi3 && i - 258 < 4) snprintf(buf, sizeof(buf), "%s", phi3_special[i - 258]);
         else snprintf(buf, sizeof(buf), "<|reserved_%" PRId64 "|>", i - 258);
         toks[i] = strdup(buf);
         if (toks[i] == NULL) rc = STRATA_ENOMEM;
@@ -415,7 +422,7 @@ int model_make(const model_make_opts *o, strata_err *err)
     int rc = add_hparams(w, p, o->type, err);
     if (rc == 0) {
         rc = o->vocab_from ? copy_vocab(w, o->vocab_from, &n_vocab, err)
-                           : add_builtin_vocab(w, n_vocab, err);
+                           : add_builtin_vocab(w, n_vocab, p->arch, err);
         if (o->vocab_from == NULL && n_vocab < 258) n_vocab = 258;
     }
 
