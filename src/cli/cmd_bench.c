@@ -69,6 +69,11 @@ static int set_depth(bench_run *r, int64_t depth, strata_err *err)
     kv_cache *kv = model_ctx_kv(r->ctx);
     if (!kv_seq_active(kv, 0) && kv_seq_add(kv, 0, err) != 0) return -1;
     int64_t have = kv_seq_len(kv, 0);
+    if (have > depth && !kv_seq_can_truncate(kv, 0, depth)) {
+        /* sliding-window layers gave back the window of depth: refill */
+        kv_seq_truncate(kv, 0, 0);
+        have = 0;
+    }
     if (have >= depth) {
         kv_seq_truncate(kv, 0, depth);
         return 0;

@@ -5,7 +5,9 @@
 
 #include "gguf/gguf.h"
 #include "gguf/summary.h"
+#include "model/forward.h"
 #include "model/hparams.h"
+#include "model/kv_cache.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -68,13 +70,34 @@ static void fmt_shape(char *buf, size_t n, const gguf_tensor *t)
 
 /* The graph Strata would run the file with (model_hparams_describe), or
  * why it would refuse it: *ok tells which. */
-static void describe_graph(const gguf *g, char *buf, size_t n, bool *ok)
+static void describe_graph(const gguf *g, char *buf, size_t n, bool *ok, model_hparams *hp)
 {
-    model_hparams hp;
     strata_err err;
-    *ok = model_hparams_load(g, &hp, &err) == 0;
-    if (*ok) model_hparams_describe(&hp, buf, n);
+    *ok = model_hparams_load(g, hp, &err) == 0;
+    if (*ok) model_hparams_describe(hp, buf, n);
     else snprintf(buf, n, "%s", err.msg);
+}
+
+/* The KV cache's bytes with f16 rows: per position of the layers that see
+ * everything, and the most a sequence holds in its sliding-window layers
+ * (their window, a block of rollback slack and a chunk, kv_cache.h). */
+static void print_kv(const model_hparams *hp)
+{
+    const int64_t per_layer = hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * 2;
+    int64_t n_swa_layers = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) n_swa_layers += model_hparams_layer_swa(hp, il);
+    char a[64], b[64], c[64];
+    fmt_bytes(a, sizeof(a), (uint64_t)((hp->n_layer - n_swa_layers) * per_layer));
+    if (n_swa_layers == 0) {
+        printf("%-17s %s per position (f16 rows)\n", "KV cache:", a);
+        return;
+    }
+    const int64_t held = hp->n_swa + KV_BLOCK_TOKENS + MODEL_DEFAULT_BATCH + 2 * KV_BLOCK_TOKENS;
+    fmt_bytes(b, sizeof(b), (uint64_t)(n_swa_layers * per_layer * held));
+    fmt_bytes(c, sizeof(c), (uint64_t)(hp->n_layer * per_layer));
+    printf("%-17s %s per position (f16 rows, %" PRId64 " full layers) + at most %s per sequence "
+           "in %" PRId64 " window layers (%s per position without windows)\n",
+           "KV cache:", a, hp->n_layer - n_swa_layers, b, n_swa_layers, c);
 }
 
 static void print_text(const gguf *g, const gguf_summary *s, const char *path, bool tensors)
@@ -88,8 +111,10 @@ static void print_text(const gguf *g, const gguf_summary *s, const char *path, b
     printf("%-17s %.*s\n", "name:", (int)s->name.len, s->name.ptr);
     char graph[512];
     bool graph_ok;
-    describe_graph(g, graph, sizeof(graph), &graph_ok);
+    model_hparams hp;
+    describe_graph(g, graph, sizeof(graph), &graph_ok, &hp);
     printf("%-17s %s%s\n", "graph:", graph_ok ? "" : "not supported: ", graph);
+    if (graph_ok) print_kv(&hp);
     print_int("context length:", s->n_ctx_train);
     print_int("embedding width:", s->n_embd);
     print_int("layers:", s->n_layer);
@@ -187,7 +212,8 @@ static int print_json(const gguf *g, const gguf_summary *s, const char *path, bo
     json_object_set_new(o, "file_type", json_int_or_null(s->file_type));
     char graph[512];
     bool graph_ok;
-    describe_graph(g, graph, sizeof(graph), &graph_ok);
+    model_hparams mhp;
+    describe_graph(g, graph, sizeof(graph), &graph_ok, &mhp);
     json_object_set_new(o, "graph", graph_ok ? json_string(graph) : json_null());
     json_object_set_new(o, "graph_error", graph_ok ? json_null() : json_string(graph));
 

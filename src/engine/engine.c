@@ -411,9 +411,12 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     /* ready's kv.type: the type the rows really have */
     snprintf(e->kv_type, sizeof(e->kv_type), "%s",
              e->kv->k_type == STRATA_TYPE_Q8_0 ? "q8_0" : "f16");
-    const int64_t block_bytes = e->kv->n_layer *
-                                (int64_t)(e->kv->k_block_bytes + e->kv->v_block_bytes);
-    e->kv_bytes = (int64_t)e->kv->n_blocks * block_bytes;
+    /* a block's bytes in the main pool (the layers that see everything);
+     * sliding-window layers live in the smaller window pool (kv_cache.h) */
+    const int64_t block_bytes = kv_main_block_bytes(e->kv) > 0
+                                    ? (int64_t)kv_main_block_bytes(e->kv) : 1;
+    e->kv_bytes = (int64_t)e->kv->n_blocks * block_bytes +
+                  (int64_t)(e->kv->wk_map_bytes + e->kv->wv_map_bytes);
     e->n_pool_tokens = (int64_t)e->kv->n_blocks * e->kv->block_tokens;
     e->n_limit = n_ctx < e->n_pool_tokens ? n_ctx : e->n_pool_tokens;
     const int64_t bt = e->kv->block_tokens;
@@ -566,7 +569,7 @@ void engine_ready(const engine *e, proto_msg *out)
     r->kv_prefix_cache = e->prefix_on;
     if (e->prefix_on) {
         r->kv_cache_blocks = e->cache_blocks;
-        r->kv_cache_bytes = e->cache_blocks * (e->kv_bytes / kv->n_blocks);
+        r->kv_cache_bytes = e->cache_blocks * (int64_t)kv_main_block_bytes(kv);
         r->kv_cache_min_tokens = e->prefix_min_tokens;
     }
     r->kv_max_tokens = e->n_pool_tokens;
@@ -681,7 +684,7 @@ static int64_t committed_bytes(const engine *e)
         int64_t b0 = (int64_t)st * kv->step_blocks, left = kv->n_blocks - b0;
         blocks += left < kv->step_blocks ? left : kv->step_blocks;
     }
-    return blocks * (e->kv_bytes / kv->n_blocks);
+    return blocks * (int64_t)kv_main_block_bytes(kv) + (int64_t)(kv->wk_map_bytes + kv->wv_map_bytes);
 }
 
 /* ---- output ---- */

@@ -191,6 +191,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
     memset(acc, 0, (size_t)(G * hdv) * sizeof(float));
 
     const kv_seq *s = &kv->seqs[a->seq_ids[t]];
+    const int32_t *table = kv_seq_layer_blocks(kv, s, a->layer);
     const int64_t p = a->pos[t];
     const int64_t n_blocks = p / bt + 1;
     const float *q = a->q + (size_t)t * (size_t)(a->n_head * hd) + (size_t)(kvh * G * hd);
@@ -204,7 +205,7 @@ static void ref_item(const model_attn_args *a, const attn_job *job, float *scrat
     const int64_t lo = window_lo(a, p);
     for (int64_t b = lo / bt; b < n_blocks; b++) {
         const int64_t nv = b == n_blocks - 1 ? p % bt + 1 : bt;
-        int32_t id = s->blocks[b];
+        int32_t id = table[b];
         const uint8_t *kb = kv_k_block(kv, a->layer, id, kvh);
         const uint8_t *vb = kv_v_block(kv, a->layer, id, kvh);
         if (k_q8) {
@@ -361,6 +362,7 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
     memset(acc, 0, (size_t)(nq * hdv) * sizeof(float));
 
     const kv_seq *s = &kv->seqs[a->seq_ids[t0]];
+    const int32_t *table = kv_seq_layer_blocks(kv, s, a->layer);
     const int64_t p0 = a->pos[t0];
     const int64_t last = p0 / bt; /* every token's last block */
     const size_t q_stride = (size_t)(a->n_head * hd);
@@ -376,7 +378,7 @@ static void attn_tile(const model_attn_args *a, const attn_job *job, float *scra
     for (int64_t b = window_lo(a, p0) / bt; b <= last; b++) {
         /* rows the tile's last token reads in this block */
         const int64_t nv_max = b == last ? (p0 + n_t - 1) % bt + 1 : bt;
-        int32_t id = s->blocks[b];
+        int32_t id = table[b];
         const uint8_t *kb = kv_k_block(kv, a->layer, id, kvh);
         const uint8_t *vb = kv_v_block(kv, a->layer, id, kvh);
         if (k_q8) {

@@ -168,7 +168,23 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
         .k_type = p->k_type,
         .v_type = p->v_type,
     };
+    /* sliding-window layers keep only their window (kv_cache.h) */
+    uint8_t *layer_swa = NULL;
+    if (hp->n_swa > 0) {
+        layer_swa = calloc((size_t)hp->n_layer, 1);
+        if (layer_swa == NULL) {
+            model_ctx_free(ctx);
+            return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+        }
+        for (int64_t il = 0; il < hp->n_layer; il++) {
+            layer_swa[il] = model_hparams_layer_swa(hp, il);
+        }
+        kp.n_swa = hp->n_swa;
+        kp.layer_swa = layer_swa;
+        kp.swa_batch = n_batch;
+    }
     int rc = kv_cache_init(&ctx->kv, &kp, err);
+    free(layer_swa);
     if (rc != 0) {
         model_ctx_free(ctx);
         return rc;
@@ -630,6 +646,14 @@ static int prepare_batch(model_ctx *ctx, const model_batch *b, strata_err *err)
             /* the write guard: never into a shared or published block */
             int rc = kv_seq_check_writable(kv, s, p, err);
             if (rc != 0) return rc;
+            if (p < len && !kv_seq_can_truncate(kv, s, p)) {
+                return strata_err_set(err, STRATA_EINVAL,
+                                      "batch token %" PRId64 ": sequence %" PRId32
+                                      " cannot go back to position %" PRId32
+                                      ": its sliding-window layers no longer hold the "
+                                      "positions before it (start it again)",
+                                      i, s, p);
+            }
             ctx->seq_first[s] = p;
         } else if (p != ctx->seq_next[s]) {
             return strata_err_set(err, STRATA_EINVAL,
@@ -665,7 +689,8 @@ static int prepare_batch(model_ctx *ctx, const model_batch *b, strata_err *err)
     }
     for (int s = 0; s < kv->n_seq_max; s++) {
         if (ctx->seq_next[s] < 0) continue;
-        int rc = kv_seq_extend(kv, s, ctx->seq_next[s], err);
+        /* the window pool advances per chunk (model_forward_ex) */
+        int rc = kv_seq_extend_main(kv, s, ctx->seq_next[s], err);
         if (rc != 0) return rc; /* cannot happen after the check above */
     }
     return 0;
@@ -709,6 +734,22 @@ int model_forward_ex(model_ctx *ctx, const model_batch *b, float *logits_out,
         const int8_t *want_e = want_embd != NULL ? want_embd + off : NULL;
         float *dst_e = embd_out != NULL ? embd_out + n_embd_total * n_embd : NULL;
         int64_t n_e = 0;
+        if (ctx->kv->layer_swa != NULL) {
+            /* each sequence's positions in the chunk, [seq_first, seq_next)
+             * (prepare_batch is done with the two arrays) */
+            const int n_seq = ctx->kv->n_seq_max;
+            for (int s = 0; s < n_seq; s++) ctx->seq_first[s] = ctx->seq_next[s] = -1;
+            for (int64_t t = off; t < off + n; t++) {
+                int32_t s = b->seq_ids[t];
+                if (ctx->seq_first[s] < 0) ctx->seq_first[s] = b->pos[t];
+                ctx->seq_next[s] = (int64_t)b->pos[t] + 1;
+            }
+            for (int s = 0; s < n_seq && rc == 0; s++) {
+                if (ctx->seq_first[s] < 0) continue;
+                rc = kv_seq_window_advance(ctx->kv, s, ctx->seq_first[s], ctx->seq_next[s], err);
+            }
+            if (rc != 0) return rc;
+        }
         rc = forward_chunk(ctx, b->tokens + off, b->seq_ids + off, b->pos + off, want, n, dst,
                            &n_out, want_e, dst_e, &n_e, err);
         if (rc != 0) return rc;

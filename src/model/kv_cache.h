@@ -44,6 +44,32 @@
  * more only while memory is in use anyway. kv_pool_prefault
  * writes every page at once and turns trimming off: the resident profile.
  *
+ * Sliding windows. A layer that attends through a window of n_swa
+ * positions (gemma2/3, gpt-oss) never reads a key older than p - n_swa + 1
+ * for a query at p, so its rows do not live in the pool above: they live
+ * in a second, smaller pool, the window pool, with its own block ids and
+ * free list, and each sequence has a second table (w_blocks) indexed by
+ * the same block index as its main table. A window block is taken when
+ * the forward pass reaches its positions (kv_seq_window_advance, per
+ * chunk) and given back once it lies wholly before the earliest position
+ * any later query can see: p_first - n_swa - swa_slack, p_first being the
+ * first position the chunk writes. So a chunk's queries find the n_swa - 1
+ * positions before the chunk's start, and a sequence holds at most
+ * n_swa + swa_slack + (its last chunk) + 2 blocks' positions in the window
+ * pool, however long it grows; the main pool holds only the layers that
+ * see everything. The window pool has n_seq_max times that many blocks
+ * (swa_batch is the longest chunk), capped at the main pool's size.
+ * Truncating (speculative rollback) keeps working while the cut is no
+ * more than swa_slack positions before the last chunk's start: the window
+ * of the new end is still held (kv_seq_can_truncate says whether). A cut
+ * further back empties the sequence (the caller re-feeds it).
+ * Window blocks carry reference counts as main blocks do: the prefix
+ * cache keeps the window of a published chain's end (kv_prefix.h,
+ * "Sliding windows"), and a sequence that reuses the chain shares those
+ * blocks read-only. Windows the cache keeps give way (are dropped, with
+ * their chains staying listed) when a sequence needs a window block and
+ * none is free.
+ *
  * Threads: not thread-safe; the forward pass's owner thread calls the
  * mutating functions between passes, and worker threads only read rows
  * of blocks or write rows of positions no other thread writes. */
@@ -69,6 +95,11 @@ typedef struct kv_cache_params {
     uint32_t k_type;       /* STRATA_TYPE_F16 or STRATA_TYPE_Q8_0; 0 (F32, never a
                               KV type) means F16 */
     uint32_t v_type;       /* likewise for value rows */
+    /* Sliding-window layers (see "Sliding windows"); all zero: none. */
+    int64_t n_swa;            /* the window, in positions */
+    const uint8_t *layer_swa; /* (n_layer) 1: the layer slides; NULL: none does */
+    int64_t swa_slack;        /* positions of rollback past a chunk's start; 0: block_tokens */
+    int64_t swa_batch;        /* the longest chunk the forward pass writes; 0: n_ctx */
 } kv_cache_params;
 
 typedef struct kv_seq {
@@ -76,6 +107,10 @@ typedef struct kv_seq {
     int64_t n_pos;         /* positions [0, n_pos) are held */
     int32_t n_blocks;      /* blocks in the table (covering >= n_pos positions) */
     int32_t *blocks;       /* (max_blocks_per_seq) block ids; first n_blocks valid */
+    /* the window pool's table: entries [w_lo, w_end) hold window block ids,
+     * the others -1; w_end <= n_blocks */
+    int32_t *w_blocks;     /* (max_blocks_per_seq) */
+    int32_t w_lo, w_end;
 } kv_seq;
 
 /* Read-only to callers: use the functions below to change it. */
@@ -109,6 +144,18 @@ typedef struct kv_cache {
     int n_seq_max;
     kv_seq *seqs;          /* (n_seq_max) */
     struct kv_prefix *prefix; /* the prefix cache's index (kv_prefix.h); NULL: off */
+    /* sliding windows; layer_swa NULL when no layer slides */
+    int64_t n_swa, swa_slack;
+    int64_t n_layer_full, n_layer_swa; /* layers in the main pool / the window pool */
+    uint8_t *layer_swa;    /* (n_layer) */
+    int64_t *layer_slot;   /* (n_layer) the layer's index within its pool */
+    int32_t w_n_blocks;    /* in the window pool */
+    uint8_t *wk;           /* (n_layer_swa, w_n_blocks, n_head_kv, block_tokens, head_dim) */
+    uint8_t *wv;
+    int32_t *w_free_ids;   /* (w_n_blocks) min-heap of free window block ids */
+    int32_t *w_refcount;   /* (w_n_blocks) holders: sequences and the prefix cache */
+    int32_t w_n_free;
+    size_t wk_map_bytes, wv_map_bytes;
 } kv_cache;
 
 /* Allocates the pool and the tables. *out is owned by the caller and freed
@@ -119,8 +166,13 @@ typedef struct kv_cache {
 int kv_cache_init(kv_cache **out, const kv_cache_params *p, strata_err *err);
 void kv_cache_free(kv_cache *kv);
 
-/* Bytes the pool for these parameters takes (0 when they are invalid). */
+/* Bytes the pool for these parameters takes (0 when they are invalid),
+ * the window pool included. */
 size_t kv_cache_pool_bytes(const kv_cache_params *p);
+
+/* Bytes of both pools of kv, and of one main-pool block (its full layers). */
+size_t kv_cache_bytes(const kv_cache *kv);
+size_t kv_main_block_bytes(const kv_cache *kv);
 
 /* The row type a kv_cache_params field means (0 -> F16). */
 uint32_t kv_type_resolve(uint32_t type);
@@ -138,8 +190,25 @@ int kv_seq_add(kv_cache *kv, int32_t seq_id, strata_err *err);
 void kv_seq_remove(kv_cache *kv, int32_t seq_id);
 
 /* Keeps positions [0, n_pos) of an active sequence, releasing the blocks
- * past them; n_pos >= the current length does nothing. */
+ * past them; n_pos >= the current length does nothing. With window layers,
+ * a cut below what kv_seq_can_truncate allows empties the sequence. */
 void kv_seq_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos);
+
+/* Whether the window layers still hold what a query at n_pos sees
+ * (positions n_pos - n_swa + 1 ..), so that truncating to n_pos and going
+ * on from there is exact. Always true without window layers. */
+bool kv_seq_can_truncate(const kv_cache *kv, int32_t seq_id, int64_t n_pos);
+
+/* The window pool's side of a chunk: releases the sequence's window
+ * blocks wholly before p_first - n_swa - swa_slack and takes those that
+ * positions up to p_end (<= its length) need. p_first is the first
+ * position the chunk writes. No-op without window layers. STRATA_ERANGE
+ * when the window pool is out of blocks (nothing taken). */
+int kv_seq_window_advance(kv_cache *kv, int32_t seq_id, int64_t p_first, int64_t p_end,
+                          strata_err *err);
+
+/* Window blocks in use, all sequences together (tests, figures). */
+int32_t kv_window_blocks_used(const kv_cache *kv);
 
 /* The write guard. Whether an active sequence may write its positions
  * from p0 on (p0 <= its length) once kv_seq_truncate has cut it to p0:
@@ -169,8 +238,14 @@ int32_t kv_seq_blocks_needed(const kv_cache *kv, int32_t seq_id, int64_t n_pos);
  * its length to n_pos (never shrinks: use kv_seq_truncate). The rows of
  * new positions are for the caller to write. Either all needed blocks are
  * taken or none: STRATA_ERANGE when the pool has too few free blocks or
- * n_pos is past what one sequence may hold. */
+ * n_pos is past what one sequence may hold. With window layers it also
+ * advances the window (kv_seq_window_advance from the old length to
+ * n_pos), so it takes at most swa_batch positions at a time there. */
 int kv_seq_extend(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err);
+
+/* kv_seq_extend for the main pool only: the caller advances the window
+ * per chunk (the forward pass, whose batches may exceed swa_batch). */
+int kv_seq_extend_main(kv_cache *kv, int32_t seq_id, int64_t n_pos, strata_err *err);
 
 /* Makes the pool elastic: steps of step_blocks blocks (>= 1), the steps
  * that hold the first resident_blocks blocks are never given back, and a
@@ -203,18 +278,47 @@ int32_t kv_free_blocks(const kv_cache *kv);
 
 /* The start of the key rows of (layer, block, KV head): block_tokens rows
  * of k_row_bytes, row i for position block_index * block_tokens + i. */
+/* For a window layer, block is a window block id (from the sequence's
+ * w_blocks: kv_seq_layer_blocks). */
 static inline uint8_t *kv_k_block(const kv_cache *kv, int64_t layer, int32_t block,
                                   int64_t head)
 {
-    return kv->k + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->k_block_bytes +
+    uint8_t *base = kv->k;
+    size_t nb = (size_t)kv->n_blocks;
+    if (kv->layer_swa != NULL) {
+        if (kv->layer_swa[layer]) {
+            base = kv->wk;
+            nb = (size_t)kv->w_n_blocks;
+        }
+        layer = kv->layer_slot[layer];
+    }
+    return base + ((size_t)layer * nb + (size_t)block) * kv->k_block_bytes +
            (size_t)head * (size_t)kv->block_tokens * kv->k_row_bytes;
 }
 
 static inline uint8_t *kv_v_block(const kv_cache *kv, int64_t layer, int32_t block,
                                   int64_t head)
 {
-    return kv->v + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->v_block_bytes +
+    uint8_t *base = kv->v;
+    size_t nb = (size_t)kv->n_blocks;
+    if (kv->layer_swa != NULL) {
+        if (kv->layer_swa[layer]) {
+            base = kv->wv;
+            nb = (size_t)kv->w_n_blocks;
+        }
+        layer = kv->layer_slot[layer];
+    }
+    return base + ((size_t)layer * nb + (size_t)block) * kv->v_block_bytes +
            (size_t)head * (size_t)kv->block_tokens * kv->v_row_bytes;
+}
+
+/* The block table a layer reads a sequence's rows through: the window
+ * table for a window layer (entries before w_lo are -1: never read, the
+ * window skips them), the main one otherwise. */
+static inline const int32_t *kv_seq_layer_blocks(const kv_cache *kv, const kv_seq *s,
+                                                 int64_t layer)
+{
+    return kv->layer_swa != NULL && kv->layer_swa[layer] ? s->w_blocks : s->blocks;
 }
 
 /* The key / value row of position pos (< the sequence's length) of an
@@ -227,5 +331,10 @@ uint8_t *kv_v_row(const kv_cache *kv, int32_t seq_id, int64_t layer, int64_t pos
  * caller set to 0. Both keep the steps' figures. */
 int32_t kv_block_alloc(kv_cache *kv);
 void kv_block_free(kv_cache *kv, int32_t id);
+
+/* For kv_prefix.c: takes a free window block (the list must not be
+ * empty), refcount 1; drops one reference, freeing the block at 0. */
+int32_t kv_window_alloc(kv_cache *kv);
+void kv_window_unref(kv_cache *kv, int32_t id);
 
 #endif

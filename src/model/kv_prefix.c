@@ -30,6 +30,10 @@ struct kv_prefix {
     uint64_t *pub_hash;           /* (n_seq_max) chain hash after them */
     uint64_t *pub_serial;         /* (n_seq_max) serial of the last one's entry */
     int64_t lookup_tokens, hit_tokens, evictions;
+    /* sliding windows (kv_prefix.h): the window block the index keeps for
+     * a listed block, and a scratch chain for kv_prefix_match */
+    int32_t *w_of;                /* (n_blocks) window block id, -1 none */
+    int32_t *chain;               /* (n_blocks) */
 };
 
 int kv_prefix_enable(kv_cache *kv, int32_t max_idle_blocks, strata_err *err)
@@ -62,13 +66,18 @@ int kv_prefix_enable(kv_cache *kv, int32_t max_idle_blocks, strata_err *err)
     p->n_pub = calloc(ns, sizeof(int32_t));
     p->pub_hash = malloc(ns * sizeof(uint64_t));
     p->pub_serial = calloc(ns, sizeof(uint64_t));
+    p->w_of = malloc(nb * sizeof(int32_t));
+    p->chain = malloc(nb * sizeof(int32_t));
     if (!p->bucket || !p->hnext || !p->hash || !p->serial || !p->parent || !p->tokens ||
-        !p->lru_prev || !p->lru_next || !p->n_pub || !p->pub_hash || !p->pub_serial) {
+        !p->lru_prev || !p->lru_next || !p->n_pub || !p->pub_hash || !p->pub_serial ||
+        !p->w_of || !p->chain) {
         kv_prefix_destroy(p);
         return strata_err_set(err, STRATA_ENOMEM, "prefix cache: out of memory for its index");
     }
     for (uint32_t i = 0; i < n_buckets; i++) p->bucket[i] = -1;
-    for (size_t i = 0; i < nb; i++) p->hnext[i] = p->lru_prev[i] = p->lru_next[i] = -1;
+    for (size_t i = 0; i < nb; i++) {
+        p->hnext[i] = p->lru_prev[i] = p->lru_next[i] = p->w_of[i] = -1;
+    }
     for (size_t s = 0; s < ns; s++) p->pub_hash[s] = CHAINHASH_ROOT;
     kv->prefix = p;
     return 0;
@@ -88,6 +97,8 @@ void kv_prefix_destroy(kv_prefix *p)
     free(p->n_pub);
     free(p->pub_hash);
     free(p->pub_serial);
+    free(p->w_of);
+    free(p->chain);
     free(p);
 }
 
@@ -150,11 +161,22 @@ static void index_insert(kv_cache *kv, int32_t b, uint64_t hash, uint64_t parent
     p->n_indexed++;
 }
 
-/* Unlists block b; the caller drops the index's reference. */
+/* Lets go of the window block the index keeps for listed block b. */
+static void window_detach(kv_cache *kv, int32_t b)
+{
+    kv_prefix *p = kv->prefix;
+    if (p->w_of[b] < 0) return;
+    kv_window_unref(kv, p->w_of[b]);
+    p->w_of[b] = -1;
+}
+
+/* Unlists block b (and its window); the caller drops the index's
+ * reference. */
 static void index_remove(kv_cache *kv, int32_t b)
 {
     kv_prefix *p = kv->prefix;
     assert(p->serial[b] != 0);
+    window_detach(kv, b);
     int32_t *link = &p->bucket[p->hash[b] & p->bucket_mask];
     while (*link != b) {
         assert(*link >= 0);
@@ -164,6 +186,62 @@ static void index_remove(kv_cache *kv, int32_t b)
     p->hnext[b] = -1;
     p->serial[b] = 0;
     p->n_indexed--;
+}
+
+/* ---- windows ---- */
+
+void kv_prefix_on_window_drop(kv_cache *kv, int32_t b, int32_t wb)
+{
+    kv_prefix *p = kv->prefix;
+    if (p != NULL && p->serial[b] != 0 && p->w_of[b] == wb) window_detach(kv, b);
+}
+
+int32_t kv_prefix_evict_windows(kv_cache *kv, int32_t n)
+{
+    kv_prefix *p = kv->prefix;
+    if (p == NULL || kv->layer_swa == NULL) return 0;
+    int32_t freed = 0;
+    /* the windows only the index holds: idle chains first, oldest first,
+     * then any listed block's */
+    for (int32_t b = p->lru_old; b >= 0 && freed < n; b = p->lru_next[b]) {
+        if (p->w_of[b] >= 0 && kv->w_refcount[p->w_of[b]] == 1) {
+            window_detach(kv, b);
+            freed++;
+        }
+    }
+    for (int32_t b = 0; b < kv->n_blocks && freed < n; b++) {
+        if (p->serial[b] != 0 && p->w_of[b] >= 0 && kv->w_refcount[p->w_of[b]] == 1) {
+            window_detach(kv, b);
+            freed++;
+        }
+    }
+    return freed;
+}
+
+/* How many of the m leading blocks of chain a sequence may go on from:
+ * the most k such that the window layers have, kept in the index, the
+ * blocks a query at the reuse's end sees (from end - n_swa + 1; the end is
+ * k blocks, or n - 1 when they cover all n tokens). *lo_block gets the
+ * first of them. Without window layers: m. */
+static int32_t window_usable(const kv_cache *kv, const int32_t *chain, int32_t m, int64_t n,
+                             int32_t *lo_block)
+{
+    *lo_block = 0;
+    if (kv->layer_swa == NULL) return m;
+    const kv_prefix *p = kv->prefix;
+    const int64_t bt = kv->block_tokens;
+    for (int32_t k = m; k > 0; k--) {
+        int64_t end = (int64_t)k * bt == n ? n - 1 : (int64_t)k * bt;
+        int64_t lo = end - kv->n_swa + 1;
+        int32_t lo_b = lo > 0 ? (int32_t)(lo / bt) : 0;
+        bool ok = true;
+        for (int32_t i = lo_b; i < k && ok; i++) ok = p->w_of[chain[i]] >= 0;
+        if (ok) {
+            *lo_block = lo_b;
+            return k;
+        }
+    }
+    return 0;
 }
 
 /* ---- the idle list ---- */
@@ -263,13 +341,15 @@ int64_t kv_prefix_match(const kv_cache *kv, const int32_t *tokens, int64_t n)
     const int bt = kv->block_tokens;
     uint64_t hash = CHAINHASH_ROOT, parent = 0;
     int64_t i = 0;
-    for (; (i + 1) * bt <= n; i++) {
+    for (; (i + 1) * bt <= n && i < kv->n_blocks; i++) {
         hash = chainhash_block(hash, tokens + i * bt, (size_t)bt);
         int32_t b = index_find(kv, hash, parent, tokens + i * bt);
         if (b < 0) break;
         parent = kv->prefix->serial[b];
+        kv->prefix->chain[i] = b;
     }
-    return i * bt;
+    int32_t lo_b;
+    return (int64_t)window_usable(kv, kv->prefix->chain, (int32_t)i, n, &lo_b) * bt;
 }
 
 /* Block idx of the sequence is listed (and maybe held by others) and the
@@ -280,10 +360,30 @@ static int make_private(kv_cache *kv, kv_seq *s, int32_t idx, strata_err *err)
 {
     kv_prefix *p = kv->prefix;
     int32_t b = s->blocks[idx];
+    /* the window block of the same positions, shared with the index (and
+     * maybe others): a free one to copy into must exist before anything
+     * changes */
+    const bool w_shared = kv->layer_swa != NULL && idx >= s->w_lo && idx < s->w_end &&
+                          kv->w_refcount[s->w_blocks[idx]] > 1;
+    if (w_shared && kv->w_n_free == 0) kv_prefix_evict_windows(kv, 1);
+    if (w_shared && kv->w_n_free == 0) {
+        return strata_err_set(err, STRATA_ERANGE, "prefix cache: no window block free to copy into");
+    }
+    if (w_shared) {
+        int32_t ow = s->w_blocks[idx], nw = kv_window_alloc(kv);
+        for (int64_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->layer_swa[l]) continue;
+            memcpy(kv_k_block(kv, l, nw, 0), kv_k_block(kv, l, ow, 0), kv->k_block_bytes);
+            memcpy(kv_v_block(kv, l, nw, 0), kv_v_block(kv, l, ow, 0), kv->v_block_bytes);
+        }
+        s->w_blocks[idx] = nw;
+        kv_window_unref(kv, ow); /* the index still holds it */
+    }
     if (kv->n_free == 0) kv_prefix_evict_one(kv); /* b is held, so never b */
     if (kv->n_free > 0) {
         int32_t nb = kv_block_alloc(kv);
         for (int64_t l = 0; l < kv->n_layer; l++) {
+            if (kv->layer_swa != NULL && kv->layer_swa[l]) continue; /* the window pool's */
             memcpy(kv_k_block(kv, l, nb, 0), kv_k_block(kv, l, b, 0), kv->k_block_bytes);
             memcpy(kv_v_block(kv, l, nb, 0), kv_v_block(kv, l, b, 0), kv->v_block_bytes);
         }
@@ -331,6 +431,30 @@ int kv_seq_reuse_prefix(kv_cache *kv, int32_t seq_id, const int32_t *tokens, int
         hash = h;
         parent = p->serial[b];
     }
+    if (kv->layer_swa != NULL) {
+        /* window layers: only as far as the index keeps the window of the
+         * reuse's end; that window is shared, the blocks before it unused */
+        int32_t lo_b, k = window_usable(kv, s->blocks, s->n_blocks, n, &lo_b);
+        if (k < s->n_blocks) {
+            s->n_pos = (int64_t)s->n_blocks * bt;
+            kv_seq_truncate(kv, seq_id, (int64_t)k * bt);
+            hash = CHAINHASH_ROOT;
+            parent = prev_parent = 0;
+            prev_hash = hash;
+            for (int32_t i = 0; i < k; i++) {
+                prev_hash = hash;
+                prev_parent = parent;
+                hash = chainhash_block(hash, tokens + (int64_t)i * bt, (size_t)bt);
+                parent = p->serial[s->blocks[i]];
+            }
+        }
+        for (int32_t i = lo_b; i < k; i++) {
+            s->w_blocks[i] = p->w_of[s->blocks[i]];
+            kv->w_refcount[s->w_blocks[i]]++;
+        }
+        s->w_lo = lo_b;
+        s->w_end = k > lo_b ? k : lo_b;
+    }
     int64_t matched = (int64_t)s->n_blocks * bt;
     s->n_pos = matched;
     p->n_pub[seq_id] = s->n_blocks;
@@ -359,6 +483,18 @@ int kv_seq_reuse_prefix(kv_cache *kv, int32_t seq_id, const int32_t *tokens, int
     return 0;
 }
 
+/* The index keeps the sequence's window block i for its listed block i,
+ * while the sequence holds one (kv_seq_window_advance lets go of it when
+ * the sequence moves past: only a chain's end keeps its window). */
+static void window_attach(kv_cache *kv, const kv_seq *s, int64_t i)
+{
+    kv_prefix *p = kv->prefix;
+    int32_t b = s->blocks[i];
+    if (kv->layer_swa == NULL || p->w_of[b] >= 0 || i < s->w_lo || i >= s->w_end) return;
+    p->w_of[b] = s->w_blocks[i];
+    kv->w_refcount[p->w_of[b]]++;
+}
+
 void kv_prefix_publish(kv_cache *kv, int32_t seq_id, const int32_t *tokens)
 {
     kv_prefix *p = kv->prefix;
@@ -376,6 +512,7 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq_id, const int32_t *tokens)
              * its cursor was reset): the same entry */
             assert(p->hash[b] == h && p->parent[b] == parent);
             parent = p->serial[b];
+            window_attach(kv, s, i);
         } else {
             int32_t other = index_find(kv, h, parent, t);
             if (other >= 0) {
@@ -385,6 +522,7 @@ void kv_prefix_publish(kv_cache *kv, int32_t seq_id, const int32_t *tokens)
             } else {
                 index_insert(kv, b, h, parent, t);
                 parent = p->serial[b];
+                window_attach(kv, s, i);
             }
         }
         hash = h;

@@ -31,6 +31,24 @@
  * cached blocks computes bit for bit what it would have computed cold.
  * Only causal models may publish (every architecture of model.h is).
  *
+ * Sliding windows. With window layers (kv_cache.h) a sequence can go on
+ * from a cached prefix of length L only if the window layers' rows of
+ * L - n_swa + 1 .. L - 1 are still held. The main pool's blocks are
+ * published as above; with each, the index also keeps the window block of
+ * the same positions, but only while the publishing sequence holds it:
+ * when the sequence moves past a block (kv_seq_window_advance gives the
+ * block back), the index lets go of it too. So the index keeps the window
+ * of each chain's end, where a sequence ended or was preempted: what a
+ * resent conversation (the next turn) or a resumed sequence needs, at the
+ * cost of one window per chain end, and nothing for a running sequence.
+ * A lookup reuses the longest chain prefix whose end has its window kept
+ * (often all or nothing); a shared system prompt followed by different
+ * questions is recomputed, since its end's window went when its first
+ * sequence moved on. The kept windows give way, idle chains' first, when
+ * a sequence needs a window block and none is free (their main blocks
+ * stay listed, usable for nothing but longer chains whose ends still have
+ * windows).
+ *
  * Threads: as kv_cache (the owner thread only). */
 #ifndef STRATA_MODEL_KV_PREFIX_H
 #define STRATA_MODEL_KV_PREFIX_H
@@ -106,6 +124,11 @@ bool kv_prefix_block_idle(const kv_cache *kv, int32_t b);
 /* Evicts block b if it is idle (the elastic pool emptying a step); false
  * otherwise. */
 bool kv_prefix_evict_block(kv_cache *kv, int32_t b);
+/* Sequence seq's window block wb of listed block b goes out of its window:
+ * the index lets go of it too, if it keeps it. */
+void kv_prefix_on_window_drop(kv_cache *kv, int32_t b, int32_t wb);
+/* Frees up to n window blocks that only the index holds; returns how many. */
+int32_t kv_prefix_evict_windows(kv_cache *kv, int32_t n);
 /* Sequence seq_id was cut to n_pos positions. */
 void kv_prefix_on_truncate(kv_cache *kv, int32_t seq_id, int64_t n_pos);
 

@@ -51,6 +51,26 @@ static const model_preset g_presets[] = {
         .n_vocab = 50304, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
         .qk_norm = true, .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 1024,
     },
+    {
+        /* Gemma 3 1B: head size 256 is not n_embd / n_head; five sliding
+         * layers (window 512, rope base 10000, set by the arch) per global
+         * one (rope base 1e6); no soft-caps (gemma3 has none) */
+        .name = "gemma3-1b", .arch = "gemma3",
+        .about = "Gemma-3-1B shapes: 1152 wide, 26 layers, 4/1 heads of 256, FFN 6912, "
+                 "vocab 262144, window 512 on 5 of 6 layers",
+        .n_embd = 1152, .n_layer = 26, .n_head = 4, .n_head_kv = 1, .n_ff = 6912,
+        .n_vocab = 262144, .n_ctx_train = 32768, .rope_freq_base = 1000000.0, .rms_eps = 1e-6,
+        .tied_output = true, .head_dim = 256, .qk_norm = true, .post_norms = true,
+        .n_swa = 512, .swa_pattern = 6,
+    },
+    {
+        .name = "phi3-mini", .arch = "phi3",
+        .about = "Phi-3-mini-4k shapes: 3072 wide, 32 layers, 32/32 heads, FFN 8192, "
+                 "vocab 32064, fused QKV and gate/up",
+        .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .n_ff = 8192,
+        .n_vocab = 32064, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
+        .fused = true,
+    },
 };
 
 const model_preset *model_preset_find(const char *name)
@@ -139,20 +159,32 @@ static int add_experts(make_ctx *c, size_t cap, const char *name, uint32_t type,
     return rc;
 }
 
-/* The tensors of a llama-family model, in the order converters write them. */
+static int64_t preset_head_dim(const model_preset *p)
+{
+    return p->head_dim > 0 ? p->head_dim : p->n_embd / p->n_head;
+}
+
+/* The tensors of a llama-family model, in the order converters write them
+ * (with gemma3's q/k and post norms and phi3's fused matrices where the
+ * preset asks). */
 static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t type,
                         int64_t n_vocab)
 {
-    int64_t head_dim = p->n_embd / p->n_head;
+    int64_t head_dim = preset_head_dim(p);
     int64_t n_q = p->n_head * head_dim, n_kv = p->n_head_kv * head_dim;
     int rc = add_spec(c, cap, "token_embd.weight", type, p->n_embd, n_vocab, FILL_MATRIX);
     for (int64_t l = 0; l < p->n_layer && rc == 0; l++) {
         char n[GGUF_MAX_TENSOR_NAME + 1];
 #define BLK(suffix) (snprintf(n, sizeof(n), "blk.%" PRId64 ".%s", l, suffix), n)
         rc |= add_spec(c, cap, BLK("attn_norm.weight"), type, p->n_embd, 0, FILL_NORM);
-        rc |= add_spec(c, cap, BLK("attn_q.weight"), type, p->n_embd, n_q, FILL_MATRIX);
-        rc |= add_spec(c, cap, BLK("attn_k.weight"), type, p->n_embd, n_kv, FILL_MATRIX);
-        rc |= add_spec(c, cap, BLK("attn_v.weight"), type, p->n_embd, n_kv, FILL_MATRIX);
+        if (p->fused) {
+            rc |= add_spec(c, cap, BLK("attn_qkv.weight"), type, p->n_embd, n_q + 2 * n_kv,
+                           FILL_MATRIX);
+        } else {
+            rc |= add_spec(c, cap, BLK("attn_q.weight"), type, p->n_embd, n_q, FILL_MATRIX);
+            rc |= add_spec(c, cap, BLK("attn_k.weight"), type, p->n_embd, n_kv, FILL_MATRIX);
+            rc |= add_spec(c, cap, BLK("attn_v.weight"), type, p->n_embd, n_kv, FILL_MATRIX);
+        }
         if (p->qkv_bias) {
             rc |= add_spec(c, cap, BLK("attn_q.bias"), type, n_q, 0, FILL_BIAS);
             rc |= add_spec(c, cap, BLK("attn_k.bias"), type, n_kv, 0, FILL_BIAS);
@@ -162,6 +194,10 @@ static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t
         if (p->qk_norm) {
             rc |= add_spec(c, cap, BLK("attn_q_norm.weight"), type, head_dim, 0, FILL_NORM);
             rc |= add_spec(c, cap, BLK("attn_k_norm.weight"), type, head_dim, 0, FILL_NORM);
+        }
+        if (p->post_norms) {
+            rc |= add_spec(c, cap, BLK("post_attention_norm.weight"), type, p->n_embd, 0,
+                           FILL_NORM);
         }
         rc |= add_spec(c, cap, BLK("ffn_norm.weight"), type, p->n_embd, 0, FILL_NORM);
         if (p->n_expert > 0) {
@@ -176,9 +212,19 @@ static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t
             rc |= add_experts(c, cap, BLK("ffn_down_exps.weight"), type, p->n_ff_exp, p->n_embd,
                               p->n_expert);
         } else {
-            rc |= add_spec(c, cap, BLK("ffn_gate.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
-            rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, p->n_ff, FILL_MATRIX);
+            if (p->fused) {
+                rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, 2 * p->n_ff,
+                               FILL_MATRIX);
+            } else {
+                rc |= add_spec(c, cap, BLK("ffn_gate.weight"), type, p->n_embd, p->n_ff,
+                               FILL_MATRIX);
+                rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, p->n_ff,
+                               FILL_MATRIX);
+            }
             rc |= add_spec(c, cap, BLK("ffn_down.weight"), type, p->n_ff, p->n_embd, FILL_MATRIX);
+        }
+        if (p->post_norms) {
+            rc |= add_spec(c, cap, BLK("post_ffw_norm.weight"), type, p->n_embd, 0, FILL_NORM);
         }
 #undef BLK
     }
@@ -280,9 +326,15 @@ static int utf8_put(char *out, unsigned cp)
 /* The built-in vocabulary: byte-level BPE with no merges. Token b < 256 is
  * byte b, spelled with the printable stand-in that byte-level BPE uses
  * (printable Latin-1 bytes stand for themselves, the rest map to 256+k in
- * order); then BOS and EOS; then reserved control tokens up to n_vocab. */
-static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, strata_err *err)
+ * order); then BOS and EOS; then reserved control tokens up to n_vocab.
+ * For phi3 the first four reserved ones are Phi-3's own special tokens:
+ * llama.cpp looks them up by name in any model it takes for a Phi-3 (by
+ * its general.name) and refuses a vocabulary without them. */
+static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, const char *arch,
+                             strata_err *err)
 {
+    static const char *const phi3_special[] = {"<unk>", "<s>", "</s>", "<|endoftext|>"};
+    const bool phi3 = strcmp(arch, "phi3") == 0;
     if (n_vocab < 258) n_vocab = 258;
     char **toks = calloc((size_t)n_vocab, sizeof(*toks));
     int32_t *types = calloc((size_t)n_vocab, sizeof(*types));
@@ -306,6 +358,7 @@ static int add_builtin_vocab(gguf_writer *w, int64_t n_vocab, strata_err *err)
         char buf[48];
         if (i == 256) snprintf(buf, sizeof(buf), "<|begin_of_text|>");
         else if (i == 257) snprintf(buf, sizeof(buf), "<|end_of_text|>");
+        else if (phi3 && i - 258 < 4) snprintf(buf, sizeof(buf), "%s", phi3_special[i - 258]);
         else snprintf(buf, sizeof(buf), "<|reserved_%" PRId64 "|>", i - 258);
         toks[i] = strdup(buf);
         if (toks[i] == NULL) rc = STRATA_ENOMEM;
@@ -377,7 +430,7 @@ static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, str
     ARCH_U32("feed_forward_length", p->n_ff);
     ARCH_U32("attention.head_count", p->n_head);
     ARCH_U32("attention.head_count_kv", p->n_head_kv);
-    ARCH_U32("rope.dimension_count", p->n_embd / p->n_head);
+    ARCH_U32("rope.dimension_count", preset_head_dim(p));
     ARCH_F32("rope.freq_base", p->rope_freq_base);
     ARCH_F32("attention.layer_norm_rms_epsilon", p->rms_eps);
     if (p->n_expert > 0) {
@@ -385,6 +438,12 @@ static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, str
         ARCH_U32("expert_used_count", p->n_expert_used);
         ARCH_U32("expert_feed_forward_length", p->n_ff_exp);
     }
+    if (p->head_dim > 0) {
+        ARCH_U32("attention.key_length", p->head_dim);
+        ARCH_U32("attention.value_length", p->head_dim);
+    }
+    if (p->n_swa > 0) ARCH_U32("attention.sliding_window", p->n_swa);
+    if (p->swa_pattern > 0) ARCH_U32("attention.sliding_window_pattern", p->swa_pattern);
 #undef ARCH_U32
 #undef ARCH_F32
     return rc;
@@ -405,7 +464,7 @@ int model_make(const model_make_opts *o, strata_err *err)
     int rc = add_hparams(w, p, o->type, err);
     if (rc == 0) {
         rc = o->vocab_from ? copy_vocab(w, o->vocab_from, &n_vocab, err)
-                           : add_builtin_vocab(w, n_vocab, err);
+                           : add_builtin_vocab(w, n_vocab, p->arch, err);
         if (o->vocab_from == NULL && n_vocab < 258) n_vocab = 258;
     }
 
@@ -413,6 +472,7 @@ int model_make(const model_make_opts *o, strata_err *err)
     c.specs = calloc(cap, sizeof(*c.specs));
     c.row_cap = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
     if (p->n_ff_exp > c.row_cap) c.row_cap = p->n_ff_exp;
+    if (preset_head_dim(p) * p->n_head > c.row_cap) c.row_cap = preset_head_dim(p) * p->n_head;
     int n_threads = o->n_threads > 0 ? o->n_threads : 1;
     c.pool = strata_pool_new(n_threads);
     c.rows = malloc((size_t)n_threads * (size_t)c.row_cap * sizeof(float));

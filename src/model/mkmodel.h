@@ -17,7 +17,7 @@
 
 typedef struct model_preset {
     const char *name;
-    const char *arch;    /* llama, qwen2, qwen3moe */
+    const char *arch;    /* llama, qwen2, qwen3moe, gemma3, phi3 */
     const char *about;   /* one line for --help */
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff;
     int64_t n_vocab;     /* with the built-in vocabulary; --vocab-from overrides */
@@ -26,7 +26,13 @@ typedef struct model_preset {
     double rms_eps;
     bool qkv_bias;       /* q/k/v projections carry biases (qwen2) */
     bool tied_output;    /* no output.weight: logits use token_embd */
-    bool qk_norm;        /* per-head q/k norms (qwen3, qwen3moe) */
+    /* Zero for the llama shape; the gemma3, phi3 and MoE presets set them. */
+    int64_t head_dim;    /* 0: n_embd / n_head */
+    bool qk_norm;        /* attn_{q,k}_norm.weight, (head_dim) each (qwen3moe, gemma3) */
+    bool post_norms;     /* post_attention_norm, post_ffw_norm (gemma3) */
+    bool fused;          /* attn_qkv.weight, and ffn_up.weight = gate|up (phi3) */
+    int64_t n_swa;       /* {arch}.attention.sliding_window; 0: none */
+    int64_t swa_pattern; /* {arch}.attention.sliding_window_pattern (gemma3) */
     /* mixture of experts (qwen3moe): n_expert > 0 replaces the FFN by a
      * router and n_expert experts of FFN n_ff_exp, n_expert_used per token */
     int64_t n_expert, n_expert_used, n_ff_exp;

@@ -52,7 +52,7 @@ static const mm_traits g_traits[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_BF16] = {.supported = true, .vec_dot_type = STRATA_TYPE_F32, .k = KSET2(bf16)},
     [STRATA_TYPE_Q4_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET3(q4_0)},
     [STRATA_TYPE_Q4_1] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_1, .k = KSET2(q4_1)},
-    [STRATA_TYPE_Q5_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET2(q5_0)},
+    [STRATA_TYPE_Q5_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET3(q5_0)},
     [STRATA_TYPE_Q5_1] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_1, .k = KSET2(q5_1)},
     [STRATA_TYPE_Q8_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET3(q8_0)},
     [STRATA_TYPE_Q2_K] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(q2_k)},

@@ -101,6 +101,7 @@ TENSOR_MM_DECLARE(avx2)
  * tensor_mmk_*_avx512 objects vecdot_avx512.c defines; the table in
  * matmul.c names only those. */
 extern const tensor_mm_kernels tensor_mmk_q4_0_avx512;
+extern const tensor_mm_kernels tensor_mmk_q5_0_avx512;
 extern const tensor_mm_kernels tensor_mmk_q8_0_avx512;
 extern const tensor_mm_kernels tensor_mmk_q4_k_avx512;
 #endif

@@ -1,5 +1,5 @@
-/* AVX-512 VNNI kernels (on 256-bit vectors, AVX512VL) for Q4_0, Q8_0 and
- * Q4_K: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
+/* AVX-512 VNNI kernels (on 256-bit vectors, AVX512VL) for Q4_0, Q5_0, Q8_0
+ * and Q4_K: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
  * dot products in place of maddubs + madd:
  *   dpbusd: int32 lane k += sum_{j<4} u[4k+j] * s[4k+j], no int16 step;
  *   dpwssd: int32 lane k += s16[2k] * t16[2k] + s16[2k+1] * t16[2k+1].
@@ -57,6 +57,7 @@ TMPL_INLINE void q4_k_tile(int64_t n, const void *w, size_t ws, const void *x, s
         .rows_r = 4, .tile_r = TR, .tile_t = TT}
 
 AVX512_SET(q4_0, 4, 4);
+AVX512_SET(q5_0, 4, 4); /* gemma3's Q4_K_M mixes: rows of 1152 are no whole K-quant blocks */
 AVX512_SET(q8_0, 4, 4);
 AVX512_SET(q4_k, 4, 4);
 
