@@ -364,7 +364,7 @@ int cmd_bench(int argc, char **argv)
                 for (int c = 0; c < n_combo && w >= 0; c++) {
                     r.ctx = ctxs[c];
                     w = test == 0 ? run_pp(&r, depth, n < 32 ? n : 32, &err)
-                                  : run_tg(&r, depth, 4, &err);
+                                  : run_tg(&r, depth, n < 4 ? n : 4, &err);
                 }
                 for (int k = 0; k < reps && w >= 0; k++) {
                     for (int c = 0; c < n_combo && w >= 0; c++) {

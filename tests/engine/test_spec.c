@@ -37,6 +37,21 @@
 
 #include "engine_testutil.h"
 
+/* Sanitizer builds run many times slower: the configuration sweeps take
+ * every other configuration and the seed set thins. The full sweeps run in
+ * the normal build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SP_SANITIZED 1
+#endif
+#endif
+#ifndef SP_SANITIZED
+#define SP_SANITIZED 0
+#endif
+#define SP_CFG_STEP (SP_SANITIZED ? 2 : 1)
+
 static model *g_stories;
 static model *g_random;
 /* made by setup: the tiny preset, seed 1 in F32 and Q4_0, and seed 2 */
@@ -182,7 +197,7 @@ static void test_stories_equal(void **state)
     const struct { int slots; int64_t batch; int threads; int draft_max; } cfg[] = {
         {4, 64, 1, 0}, {1, 512, 2, 4}, {8, 8, 1, 8}, {3, 5, 2, 16}, {16, 256, 1, 2},
     };
-    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c += SP_CFG_STEP) {
         engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 512, .n_batch = cfg[c].batch,
                            .n_threads = cfg[c].threads, .draft_ngram = true,
                            .draft_max = cfg[c].draft_max};
@@ -374,7 +389,8 @@ static void acceptance_check(const engine_params *spec)
 {
     et_golden g[1];
     assert_int_equal(et_load_greedy(g, 1), 1);
-    enum { N_SEEDS = 240, AT = 24 };
+    enum { AT = 24 };
+    const int N_SEEDS = SP_SANITIZED ? 96 : 240;
     job *jobs = calloc(N_SEEDS, sizeof(job));
     assert_non_null(jobs);
     for (int i = 0; i < N_SEEDS; i++) {
@@ -469,7 +485,7 @@ static void test_model_stories_equal(void **state)
         {4, 64, 1, 0, 0.0f}, {1, 512, 2, 4, 0.0f}, {8, 12, 1, 8, -1.0f}, {3, 5, 2, 16, 0.3f},
         {16, 256, 1, 2, 0.9f},
     };
-    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c += SP_CFG_STEP) {
         engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 512, .n_batch = cfg[c].batch,
                            .n_threads = cfg[c].threads, .draft_model = g_stories,
                            .draft_max = cfg[c].draft_max, .draft_p_min = cfg[c].p_min};
@@ -553,7 +569,7 @@ static void test_model_random_pairs(void **state)
         {g_tiny_q4, 4, 32, 1, -1.0f}, {g_tiny_q4, 1, 7, 1, -1.0f}, {g_tiny_q4, 8, 256, 2, -1.0f},
         {g_tiny_other, 4, 32, 1, -1.0f}, {g_tiny_other, 3, 5, 1, -1.0f},
     };
-    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c += SP_CFG_STEP) {
         engine_params p = {.n_slots = cfg[c].slots, .n_ctx = 256, .n_batch = cfg[c].batch,
                            .n_threads = cfg[c].threads, .draft_model = cfg[c].draft,
                            .draft_p_min = cfg[c].p_min};
