@@ -15,6 +15,7 @@
 #include "engine/protocol.h"
 #include "pipeproc.h"
 #include "run.h"
+#include "sanitized.h"
 #include "testdata.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
@@ -312,18 +313,6 @@ static void test_bad_lines_keep_serving(void **state)
     assert_int_equal(eng_finish(&e), 0);
 }
 
-/* Sanitizer builds run 10-30x slower: the long step gets shorter there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define ENG_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ENG_SANITIZED 1
-#endif
-#endif
-#ifndef ENG_SANITIZED
-#define ENG_SANITIZED 0
-#endif
-
 /* A ping is answered at once even while a long step runs: here one
  * prefill step of 1000 tokens (about a second at one thread; 300 tokens,
  * several seconds, under a sanitizer). The pong must come before the
@@ -333,7 +322,7 @@ static void test_ping_during_long_step(void **state)
     (void)state;
     eng e;
     eng_start(&e, "1", "2048", "2048");
-    enum { N = ENG_SANITIZED ? 300 : 1000 };
+    enum { N = TEST_SANITIZED ? 300 : 1000 };
     size_t cap = 64 + (size_t)N * 8;
     char *gen = malloc(cap);
     assert_non_null(gen);
@@ -534,7 +523,7 @@ static void test_bad_line_answered_before_later_ping(void **state)
     (void)state;
     eng e;
     eng_start(&e, "1", "2048", "2048");
-    enum { N = ENG_SANITIZED ? 300 : 1000 };
+    enum { N = TEST_SANITIZED ? 300 : 1000 };
     size_t cap = 256 + (size_t)N * 8;
     char *lines = malloc(cap);
     assert_non_null(lines);

@@ -32,16 +32,7 @@
 #define MODEL "models/stories260K.gguf"
 
 /* Sanitizer builds run several times slower: the random workload thins. */
-#if defined(__SANITIZE_ADDRESS__)
-#define PX_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PX_SANITIZED 1
-#endif
-#endif
-#ifndef PX_SANITIZED
-#define PX_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 static model *g_model;
 
@@ -454,7 +445,7 @@ static void test_random_workload(void **state)
 {
     (void)state;
     enum { N_REQ = 36, N_BASE = 3, BASE_LEN = 150 };
-    const int n_req = PX_SANITIZED ? 16 : N_REQ;
+    const int n_req = TEST_SANITIZED ? 16 : N_REQ;
     int32_t bases[N_BASE][BASE_LEN];
     static int32_t prompts[N_REQ][200];
     size_t lens[N_REQ];

@@ -40,17 +40,8 @@
 /* Sanitizer builds run many times slower: the configuration sweeps take
  * every other configuration and the seed set thins. The full sweeps run in
  * the normal build. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SP_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SP_SANITIZED 1
-#endif
-#endif
-#ifndef SP_SANITIZED
-#define SP_SANITIZED 0
-#endif
-#define SP_CFG_STEP (SP_SANITIZED ? 2 : 1)
+#include "sanitized.h"
+#define SP_CFG_STEP (TEST_SANITIZED ? 2 : 1)
 
 static model *g_stories;
 static model *g_random;
@@ -390,7 +381,7 @@ static void acceptance_check(const engine_params *spec)
     et_golden g[1];
     assert_int_equal(et_load_greedy(g, 1), 1);
     enum { AT = 24 };
-    const int N_SEEDS = SP_SANITIZED ? 96 : 240;
+    const int N_SEEDS = TEST_SANITIZED ? 96 : 240;
     job *jobs = calloc(N_SEEDS, sizeof(job));
     assert_non_null(jobs);
     for (int i = 0; i < N_SEEDS; i++) {

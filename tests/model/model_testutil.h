@@ -14,16 +14,7 @@
 #include <string.h>
 
 /* Sanitizer builds run 3-10x slower: tests thin out their work there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define MT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MT_SANITIZED 1
-#endif
-#endif
-#ifndef MT_SANITIZED
-#define MT_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 /* Opens a model of the data folder (rel path), skipping the test when the
  * file is missing and failing it when the load fails. */

@@ -191,7 +191,7 @@ static void test_quality_long(void **state)
 {
     (void)state;
     TESTDATA_REQUIRE();
-    if (MT_SANITIZED) skip();
+    if (TEST_SANITIZED) skip();
     char path[4096];
     model *m = NULL;
     MT_OPEN(m, "golden/models/llama-Q8_0.gguf");

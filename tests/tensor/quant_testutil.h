@@ -12,16 +12,7 @@
 #include <stdlib.h>
 
 /* Sanitizer builds run 3-10x slower: tests thin out their work there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define QT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define QT_SANITIZED 1
-#endif
-#endif
-#ifndef QT_SANITIZED
-#define QT_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 /* Error of a reconstruction y of x. */
 typedef struct qt_err {

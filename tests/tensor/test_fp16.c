@@ -92,7 +92,7 @@ static void test_f32_to_f16_against_search(void **state)
     (void)state;
     /* every 1021st pattern (a prime stride: all mantissa residues and every
      * exponent are hit), both signs */
-    const uint32_t stride = QT_SANITIZED ? 4099 : 1021;
+    const uint32_t stride = TEST_SANITIZED ? 4099 : 1021;
     int64_t n_checked = 0;
     for (uint64_t u = 0; u < 0x7f800000u; u += stride) {
         float f = tensor_f32_from_bits((uint32_t)u);
@@ -181,7 +181,7 @@ static void test_bf16(void **state)
         else
             assert_true(isnan(tensor_bf16_to_f32(tensor_f32_to_bf16(f))));
     }
-    const uint32_t stride = QT_SANITIZED ? 4099 : 1021;
+    const uint32_t stride = TEST_SANITIZED ? 4099 : 1021;
     for (uint64_t u = 0; u < 0x7f800000u; u += stride) {
         float f = tensor_f32_from_bits((uint32_t)u);
         uint16_t want = ref_f32_to_bf16(f);

@@ -41,16 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MM_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MM_SANITIZED 1
-#endif
-#endif
-#ifndef MM_SANITIZED
-#define MM_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 /* Integer partial sums are exact, so SIMD and scalar differ only by float
  * rounding in the scale products and the accumulation: a few ulps of the
@@ -676,6 +667,6 @@ int main(void)
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_default_level),
     };
-    (void)MM_SANITIZED;
+    (void)TEST_SANITIZED;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

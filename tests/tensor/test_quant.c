@@ -309,7 +309,7 @@ static const struct {
 static void test_round_trip_gaussian(void **state)
 {
     (void)state;
-    const int n_rows = QT_SANITIZED ? 16 : 64;
+    const int n_rows = TEST_SANITIZED ? 16 : 64;
     float *x = malloc((size_t)n_rows * ROW * sizeof(float));
     float *y = malloc((size_t)n_rows * ROW * sizeof(float));
     assert_true(x && y);
@@ -545,7 +545,7 @@ static void test_search_beats_plain_rules(void **state)
         {STRATA_TYPE_Q5_1, 0.91},   /* 0.879 */
         {STRATA_TYPE_IQ4_NL, 0.98}, /* 0.957 */
     };
-    const int n_blocks = QT_SANITIZED ? 512 : 4096;
+    const int n_blocks = TEST_SANITIZED ? 512 : 4096;
     float *x = malloc((size_t)n_blocks * 32 * sizeof(float));
     assert_non_null(x);
     strata_rng r;
@@ -612,7 +612,7 @@ static void test_requantize_is_stable(void **state)
         {STRATA_TYPE_Q4_K, 0, 0.070}, {STRATA_TYPE_Q5_K, 0, 0.034},  {STRATA_TYPE_Q6_K, 0, 0.016},
         {STRATA_TYPE_IQ4_XS, 0, 0.074},
     };
-    const int n_rows = QT_SANITIZED ? 8 : 32;
+    const int n_rows = TEST_SANITIZED ? 8 : 32;
     const int64_t n = (int64_t)n_rows * ROW;
     float *x = malloc((size_t)n * sizeof(float)), *y1 = malloc((size_t)n * sizeof(float));
     float *y2 = malloc((size_t)n * sizeof(float));

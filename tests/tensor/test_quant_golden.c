@@ -295,7 +295,7 @@ static void test_encode_vs_llama_cpp(void **state)
             const float *x = rt->data;
             int64_t ncols = t->ne[0], nrows = t->ne[1];
             /* Under sanitizers encode every 4th row (and compare the same rows). */
-            int64_t row_step = QT_SANITIZED ? 4 : 1;
+            int64_t row_step = TEST_SANITIZED ? 4 : 1;
             size_t row_bytes = qt_row_bytes(type, ncols);
             void *q = malloc(row_bytes);
             float *ours = malloc((size_t)ncols * sizeof(float));

@@ -135,7 +135,7 @@ static void test_search_is_exact(void **state)
     (void)state;
     strata_rng r;
     strata_rng_seed(&r, 11);
-    const int groups = QT_SANITIZED ? 10 : 60;
+    const int groups = TEST_SANITIZED ? 10 : 60;
     tensor_ladder lad;
     lad = tensor_ladder_uniform(-8, 7); /* Q4_0 */
     check_search(&r, &lad, 32, 0, groups);
@@ -152,7 +152,7 @@ static void test_search_is_exact(void **state)
     lad = tensor_ladder_uniform(0, 63); /* K-quant scales, weighted */
     check_search(&r, &lad, 8, 1, groups);
     lad = tensor_ladder_uniform(-128, 127); /* Q6_K scales, weighted */
-    check_search(&r, &lad, 16, 1, QT_SANITIZED ? 3 : 15);
+    check_search(&r, &lad, 16, 1, TEST_SANITIZED ? 3 : 15);
     lad = tensor_ladder_iq4();
     check_search(&r, &lad, 32, 0, groups);
     check_search(&r, &lad, 32, 1, groups);
