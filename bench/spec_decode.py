@@ -25,7 +25,8 @@
 #   --llama-server BIN (or $LLAMA_SERVER)   the pair suite on llama-server
 #       too: without a draft, and with `--model-draft F --draft-max 4
 #       --draft-p-min P` for D (and U; `--spec-draft-n-max 4` where the
-#       binary has renamed --draft-max), over HTTP on 127.0.0.1, each
+#       binary has renamed --draft-max, and `--spec-type draft-simple` where it has
+#       that option, without which it does not speculate), over HTTP on 127.0.0.1, each
 #       request bounded by --timeout seconds
 #
 #   python3 bench/spec_decode.py --strata build/strata -t 4 \
@@ -87,6 +88,16 @@ def run_engine(strata, model, threads, extra, jobs, timeout_s):
 
 
 _draft_max_flag = {}
+_has_spec_type = {}
+
+
+def spec_type_flags(server):
+    """Newer llama-servers speculate only when --spec-type names a method:
+    a --model-draft alone loads the draft and never drafts."""
+    if server not in _has_spec_type:
+        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+        _has_spec_type[server] = "--spec-type" in h.stdout + h.stderr
+    return ["--spec-type", "draft-simple"] if _has_spec_type[server] else []
 
 
 def draft_max_flag(server):
@@ -104,8 +115,9 @@ def run_llama(server, target, threads, draft, p_min, jobs, timeout_s):
     argv = [server, "-m", target, "-t", str(threads), "-c", "4096", "-np", "1",
             "--host", "127.0.0.1", "--port", str(port)]
     if draft is not None:
-        argv += ["--model-draft", draft, draft_max_flag(server), "4", "--draft-p-min", str(p_min),
-                 "-td", str(threads)]
+        argv += spec_type_flags(server) + [
+            "--model-draft", draft, draft_max_flag(server), "4", "--draft-p-min", str(p_min),
+            "-td", str(threads)]
     benchlib.start("llama-server", argv, port)
     out = []
     try:
