@@ -87,27 +87,27 @@ def run_engine(strata, model, threads, extra, jobs, timeout_s):
     return out
 
 
-_draft_max_flag = {}
-_has_spec_type = {}
+_help_text = {}
+
+
+def help_text(server):
+    """llama-server --help, read once per binary."""
+    if server not in _help_text:
+        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+        _help_text[server] = h.stdout + h.stderr
+    return _help_text[server]
 
 
 def spec_type_flags(server):
     """Newer llama-servers speculate only when --spec-type names a method:
     a --model-draft alone loads the draft and never drafts."""
-    if server not in _has_spec_type:
-        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
-        _has_spec_type[server] = "--spec-type" in h.stdout + h.stderr
-    return ["--spec-type", "draft-simple"] if _has_spec_type[server] else []
+    return ["--spec-type", "draft-simple"] if "--spec-type" in help_text(server) else []
 
 
 def draft_max_flag(server):
     """llama-server's name for the most drafted tokens: --draft-max, which
     newer versions replaced with --spec-draft-n-max."""
-    if server not in _draft_max_flag:
-        h = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
-        _draft_max_flag[server] = ("--spec-draft-n-max" if "--spec-draft-n-max" in h.stdout + h.stderr
-                                   else "--draft-max")
-    return _draft_max_flag[server]
+    return "--spec-draft-n-max" if "--spec-draft-n-max" in help_text(server) else "--draft-max"
 
 
 def run_llama(server, target, threads, draft, p_min, jobs, timeout_s):
