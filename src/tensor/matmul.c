@@ -65,13 +65,13 @@ static const mm_traits g_traits[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_TQ1_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(tq1_0)},
     [STRATA_TYPE_TQ2_0] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(tq2_0)},
     [STRATA_TYPE_MXFP4] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_0, .k = KSET2(mxfp4)},
-    [STRATA_TYPE_IQ2_XXS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq2_xxs)},
-    [STRATA_TYPE_IQ2_XS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq2_xs)},
-    [STRATA_TYPE_IQ2_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq2_s)},
-    [STRATA_TYPE_IQ3_XXS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq3_xxs)},
-    [STRATA_TYPE_IQ3_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq3_s)},
-    [STRATA_TYPE_IQ1_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq1_s)},
-    [STRATA_TYPE_IQ1_M] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET2(iq1_m)},
+    [STRATA_TYPE_IQ2_XXS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq2_xxs)},
+    [STRATA_TYPE_IQ2_XS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq2_xs)},
+    [STRATA_TYPE_IQ2_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq2_s)},
+    [STRATA_TYPE_IQ3_XXS] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq3_xxs)},
+    [STRATA_TYPE_IQ3_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq3_s)},
+    [STRATA_TYPE_IQ1_S] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq1_s)},
+    [STRATA_TYPE_IQ1_M] = {.supported = true, .vec_dot_type = STRATA_TYPE_Q8_K, .k = KSET3(iq1_m)},
 };
 
 const tensor_mm_kernels *tensor_mm_kernels_exact(uint32_t type, enum strata_simd_level level)

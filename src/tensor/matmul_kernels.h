@@ -104,6 +104,13 @@ extern const tensor_mm_kernels tensor_mmk_q4_0_avx512;
 extern const tensor_mm_kernels tensor_mmk_q5_0_avx512;
 extern const tensor_mm_kernels tensor_mmk_q8_0_avx512;
 extern const tensor_mm_kernels tensor_mmk_q4_k_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq2_xxs_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq2_xs_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq2_s_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq3_xxs_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq3_s_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq1_s_avx512;
+extern const tensor_mm_kernels tensor_mmk_iq1_m_avx512;
 #endif
 
 #undef TENSOR_MM_DECLARE

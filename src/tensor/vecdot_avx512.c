@@ -1,5 +1,5 @@
 /* AVX-512 VNNI kernels (on 256-bit vectors, AVX512VL) for Q4_0, Q5_0, Q8_0
- * and Q4_K: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
+ * and Q4_K, and the IQ types of vecdot_iq_tmpl.h: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
  * dot products in place of maddubs + madd:
  *   dpbusd: int32 lane k += sum_{j<4} u[4k+j] * s[4k+j], no int16 step;
  *   dpwssd: int32 lane k += s16[2k] * t16[2k] + s16[2k+1] * t16[2k+1].
@@ -27,6 +27,8 @@
 #define TMPL_DOT_SCALED_ADD(acc, u, s, sc16) \
     _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc16)
 #include "tensor/vecdot_x86_tmpl.h"
+#define IQ_TMPL_ZMM 1
+#include "tensor/vecdot_iq_tmpl.h"
 
 TMPL_INLINE void q4_k_tile(int64_t n, const void *w, size_t ws, const void *x, size_t xs,
                            float *y, size_t ys, const int NR, const int NT)
@@ -58,6 +60,14 @@ TMPL_INLINE void q4_k_tile(int64_t n, const void *w, size_t ws, const void *x, s
 
 AVX512_SET(q4_0, 4, 4);
 AVX512_SET(q5_0, 4, 4); /* gemma3's Q4_K_M mixes: rows of 1152 are no whole K-quant blocks */
+/* The IQ types: vecdot_iq_tmpl.h's 512-bit kernels, bit-identical to the scalar ones. */
+AVX512_SET(iq2_xxs, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq2_xs, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq2_s, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq3_xxs, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq3_s, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq1_s, IQ_PANEL_R, IQ_PANEL_T);
+AVX512_SET(iq1_m, IQ_PANEL_R, IQ_PANEL_T);
 AVX512_SET(q8_0, 4, 4);
 AVX512_SET(q4_k, 4, 4);
 

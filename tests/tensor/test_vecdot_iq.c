@@ -168,7 +168,7 @@ static void test_kernels(void **state)
         const int64_t blocks[] = {1, 3, 16};
         for (size_t bi = 0; bi < 3; bi++) {
             const int64_t n = blocks[bi] * block_elems(t);
-            const int R = 4, T = 4;
+            const int R = 16, T = 16;
             const size_t wrb = strata_type_row_bytes(t, n), xrb = strata_type_row_bytes(at, n);
             uint8_t *w = malloc(wrb * R), *x = malloc(xrb * T);
             assert_non_null(w);
@@ -181,7 +181,7 @@ static void test_kernels(void **state)
                 if (mode == W_ZERO && ty->zero_byte < 0) continue;
                 for (int r = 0; r < R; r++)
                     make_weights(ty, (enum wmode)mode, n, w + r * wrb, &rng);
-                float ys[4][4];
+                float ys[16][16];
                 for (int r = 0; r < R; r++)
                     for (int tt = 0; tt < T; tt++) {
                         double mag, want = ref_dot(t, n, w + r * wrb, x + tt * xrb, &mag);
@@ -193,13 +193,17 @@ static void test_kernels(void **state)
                     const tensor_mm_kernels *k = tensor_mm_kernels_exact(t, (enum strata_simd_level)l);
                     if (k == NULL) continue;
                     n_simd++;
-                    float v[4][4], yt[4 * 4];
+                    float v[16][16], yt[16 * 16];
                     for (int r = 0; r < R; r++)
                         for (int tt = 0; tt < T; tt++) {
                             double mag;
                             ref_dot(t, n, w + r * wrb, x + tt * xrb, &mag);
                             v[r][tt] = k->vec_dot(n, w + r * wrb, x + tt * xrb);
                             expect_close(k->name, t, v[r][tt], ys[r][tt], mag);
+                            /* the AVX-512 level runs the scalar kernels' integers
+                             * and float steps */
+                            if (l == STRATA_SIMD_AVX512 && v[r][tt] != ys[r][tt])
+                                fail_msg("%s (%d, %d) differs from the scalar kernel", k->name, r, tt);
                         }
                     if (k->tile_rows != NULL) {
                         assert_true(k->rows_r <= R);
@@ -285,6 +289,8 @@ static void test_matmul(void **state)
             check_matmul(pool, lv, &k_types[ti], 17, 4, 1, 8 + ti);
             check_matmul(pool, lv, &k_types[ti], 17, 4, 9, 9 + ti);
             check_matmul(NULL, lv, &k_types[ti], 6, 2, 5, 10 + ti);
+            /* whole prefill tiles of every level (AVX-512: 16 x 16) and their edges */
+            check_matmul(pool, lv, &k_types[ti], 35, 2, 19, 11 + ti);
         }
     strata_pool_free(pool);
 }
