@@ -2,9 +2,10 @@
  * IQ3_S, IQ1_S, IQ1_M) x Q8_K activations, shared by the AVX2 kernels
  * (vecdot_iq2_avx2.c) and their AVX-512 VNNI variants (vecdot_avx512.c).
  * Internal to src/tensor/; each includer defines first TMPL_INLINE and
- * TMPL_DOT_SCALED_ADD as for vecdot_x86_tmpl.h (maddubs + madd on AVX2,
- * maddubs + dpwssd with VNNI: the same exact int32 lanes, so both levels
- * give the same bits).
+ * TMPL_DOT_SCALED_ADD as for vecdot_x86_tmpl.h (maddubs + madd on AVX2),
+ * and the AVX-512 includer IQ_TMPL_ZMM, which selects the 512-bit kernels
+ * at the end of this file (they give the scalar kernels' bits, AVX2 its
+ * own).
  *
  * Per row and super-block the codes are decoded once into 8 vectors of 32
  * signed bytes (one per 32-element part): the codebook entries of the
@@ -272,99 +273,10 @@ TMPL_INLINE void iq_tile(int64_t n, const void *w, size_t ws, const void *x, siz
 #define IQ_PANEL_R 16
 #define IQ_PANEL_T 16
 
-/* Negates the bytes of m where mask is 0xff. */
-TMPL_INLINE __m512i iq_negate_where512(__m512i m, __m512i mask)
-{
-    return _mm512_sub_epi8(_mm512_xor_si512(m, mask), mask);
-}
-
-/* The byte sign masks (tensor_iq_ksigns_mask) of 8 groups: group k's
- * index is (lane k of a >> (step * (k % 4))) & 127. */
-TMPL_INLINE __m512i iq_ksigns512(__m512i a, const int step)
-{
-    const __m512i sh = _mm512_setr_epi64(0, step, 2 * step, 3 * step, 0, step, 2 * step, 3 * step);
-    return _mm512_i64gather_epi64(_mm512_and_si512(_mm512_srlv_epi64(a, sh), _mm512_set1_epi64(127)),
-                                  (const long long *)tensor_iq_ksigns_mask, 8);
-}
-
-/* Parts 2h (low 256 bits) and 2h + 1 (high) of a block, the codes
- * iq_part gives: IQ3_S and IQ3_XXS with one 16-index gather (IQ3_S's 64
- * sign bits as a mask), the other types from two iq_part calls. */
+/* Parts 2h (low 256 bits) and 2h + 1 (high) of a block's codes. (Building
+ * them with 512-bit gathers measured slower here than two iq_part calls.) */
 TMPL_INLINE __m512i iq_part2(const uint32_t type, const void *blk, int h)
 {
-    if (type == STRATA_TYPE_IQ3_S) {
-        const block_iq3_s *b = blk;
-        const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * h)));
-        const __m512i qh = _mm512_inserti64x4(_mm512_set1_epi32(b->qh[2 * h]),
-                                              _mm256_set1_epi32(b->qh[2 * h + 1]), 1);
-        const __m512i hi = _mm512_and_si512(
-            _mm512_sllv_epi32(qh, _mm512_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1, 8, 7, 6, 5, 4, 3, 2, 1)),
-            _mm512_set1_epi32(256));
-        const __m512i m = _mm512_i32gather_epi32(_mm512_or_si512(lo, hi), (const int *)tensor_iq3s_grid, 4);
-        uint64_t sg;
-        memcpy(&sg, b->signs + 8 * h, 8);
-        return _mm512_mask_sub_epi8(m, (__mmask64)sg, _mm512_setzero_si512(), m);
-    }
-    if (type == STRATA_TYPE_IQ3_XXS) {
-        const block_iq3_xxs *b = blk;
-        const __m512i m = _mm512_i32gather_epi32(
-            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * h))),
-            (const int *)tensor_iq3xxs_grid, 4);
-        const __m512i sm = _mm512_inserti64x4(
-            _mm512_castsi256_si512(iq_ksigns_mask4(iq_load_u32(b->qs + 64 + 8 * h))),
-            iq_ksigns_mask4(iq_load_u32(b->qs + 64 + 8 * h + 4)), 1);
-        return _mm512_sub_epi8(_mm512_xor_si512(m, sm), sm);
-    }
-    if (type == STRATA_TYPE_IQ2_XXS) {
-        /* part g: grid bytes at byte 8g of qs, its sign word at 8g + 4 */
-        const uint8_t *qb = (const uint8_t *)((const block_iq2_xxs *)blk)->qs + 16 * h;
-        const long long s0 = iq_load_u32(qb + 4), s1 = iq_load_u32(qb + 12);
-        const __m512i idx = _mm512_cvtepu8_epi64(
-            _mm_set_epi32(0, 0, (int)iq_load_u32(qb + 8), (int)iq_load_u32(qb)));
-        const __m512i m = _mm512_i64gather_epi64(idx, (const long long *)tensor_iq2xxs_grid, 8);
-        return iq_negate_where512(m, iq_ksigns512(_mm512_setr_epi64(s0, s0, s0, s0, s1, s1, s1, s1), 7));
-    }
-    if (type == STRATA_TYPE_IQ2_XS) {
-        const __m512i v = _mm512_cvtepu16_epi64(
-            _mm_loadu_si128((const __m128i *)(((const block_iq2_xs *)blk)->qs + 8 * h)));
-        const __m512i m = _mm512_i64gather_epi64(_mm512_and_si512(v, _mm512_set1_epi64(511)),
-                                                 (const long long *)tensor_iq2xs_grid, 8);
-        return iq_negate_where512(m, iq_ksigns512(_mm512_srli_epi64(v, 9), 0));
-    }
-    if (type == STRATA_TYPE_IQ2_S) {
-        const block_iq2_s *b = blk;
-        uint64_t q8, sg;
-        memcpy(&q8, b->qs + 8 * h, 8);
-        memcpy(&sg, b->qs + 32 + 8 * h, 8);
-        const long long h0 = b->qh[2 * h], h1 = b->qh[2 * h + 1];
-        const __m512i hi = _mm512_and_si512(
-            _mm512_sllv_epi64(_mm512_setr_epi64(h0, h0, h0, h0, h1, h1, h1, h1),
-                              _mm512_setr_epi64(8, 6, 4, 2, 8, 6, 4, 2)),
-            _mm512_set1_epi64(0x300));
-        const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)q8)), hi);
-        const __m512i m = _mm512_i64gather_epi64(idx, (const long long *)tensor_iq2s_grid, 8);
-        return _mm512_mask_sub_epi8(m, (__mmask64)sg, _mm512_setzero_si512(), m);
-    }
-    if (type == STRATA_TYPE_IQ1_S) {
-        /* 8 v (v in {-1, 0, 1}) by a 16-bit shift whose carries into the
-         * next byte the and clears, then the part's delta */
-        const block_iq1_s *b = blk;
-        uint64_t q8;
-        memcpy(&q8, b->qs + 8 * h, 8);
-        const long long h0 = b->qh[2 * h], h1 = b->qh[2 * h + 1];
-        const __m512i hi = _mm512_slli_epi64(
-            _mm512_and_si512(_mm512_srlv_epi64(_mm512_setr_epi64(h0, h0, h0, h0, h1, h1, h1, h1),
-                                               _mm512_setr_epi64(0, 3, 6, 9, 0, 3, 6, 9)),
-                             _mm512_set1_epi64(7)),
-            8);
-        const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)q8)), hi);
-        const __m512i v = _mm512_i64gather_epi64(idx, (const long long *)tensor_iq1s_grid, 8);
-        const __m512i v8 = _mm512_and_si512(_mm512_slli_epi16(v, 3), _mm512_set1_epi8((char)0xf8));
-        const __m512i delta = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_set1_epi8((h0 & 0x8000) ? -1 : 1)),
-            _mm256_set1_epi8((h1 & 0x8000) ? -1 : 1), 1);
-        return _mm512_add_epi8(v8, delta);
-    }
     return _mm512_inserti64x4(_mm512_castsi256_si512(iq_part(type, blk, 2 * h)),
                               iq_part(type, blk, 2 * h + 1), 1);
 }
@@ -389,6 +301,7 @@ TMPL_INLINE void iq_rows_zmm(int64_t n, const void *w, size_t ws, const void *x,
         __m512i u[4];
         for (int h = 0; h < 4; h++)
             u[h] = _mm512_xor_si512(_mm512_loadu_si512(xb->qs + 64 * h), bias);
+#pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const char *blk = (const char *)w + (size_t)r * ws + (size_t)ib * BB;
             for (size_t off = 0; off < BB; off += 64)
