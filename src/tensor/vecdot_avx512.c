@@ -1,6 +1,7 @@
 /* AVX-512 VNNI kernels (on 256-bit vectors, AVX512VL) for Q4_0, Q5_0, Q8_0
- * and Q4_K, and the IQ types of vecdot_iq_tmpl.h: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
- * dot products in place of maddubs + madd:
+ * and Q4_K: the AVX2 templates of vecdot_x86_tmpl.h with VNNI's fused integer
+ * dot products in place of maddubs + madd (and, at the end, the IQ types'
+ * 512-bit kernels of vecdot_iq_tmpl.h, which give the scalar kernels' bits):
  *   dpbusd: int32 lane k += sum_{j<4} u[4k+j] * s[4k+j], no int16 step;
  *   dpwssd: int32 lane k += s16[2k] * t16[2k] + s16[2k+1] * t16[2k+1].
  * The int32 lanes hold the same exact integers as the AVX2 code's, and the
