@@ -439,14 +439,21 @@ static void total_result(gen_run *gr, api_result *out)
 
 static void gen_run_free(gen_run *gr)
 {
+    /* the open choices are cancelled together (pool_cancel_all: a slot one
+     * frees never starts another); each keeps its slot until `done` */
+    sreq **open = calloc(gr->n_ch > 0 ? gr->n_ch : 1, sizeof(*open));
     for (size_t i = 0; i < gr->n_ch; i++) {
         choice *c = &gr->ch[i];
-        if (c->r != NULL && i < gr->n_submitted) {
-            pthread_mutex_lock(&c->r->result_lock);
-            bool open = c->r->finish == SREQ_FINISH_NONE;
-            pthread_mutex_unlock(&c->r->result_lock);
-            if (open) pool_cancel(gr->s->p, c->r); /* it keeps its slot until `done` */
-        }
+        if (c->r == NULL || i >= gr->n_submitted) continue;
+        if (open != NULL) open[i] = c->r;
+        else pool_cancel(gr->s->p, c->r);
+    }
+    if (open != NULL) {
+        pool_cancel_all(gr->s->p, open, gr->n_ch);
+        free(open);
+    }
+    for (size_t i = 0; i < gr->n_ch; i++) {
+        choice *c = &gr->ch[i];
         sreq_release(c->r);
         if (c->tg_ready) textgen_free(&c->tg);
         sbuf_free(&c->text);

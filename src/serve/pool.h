@@ -138,6 +138,12 @@ enum pool_submit_result pool_submit(pool *p, sreq *r);
  * when running. Idempotent; r stays valid for the caller. */
 void pool_cancel(pool *p, sreq *r);
 
+/* Cancels the n requests of rs (NULLs skipped) together: all are marked
+ * before any is acted on, so that a slot freed by one's `stop` never goes
+ * to another still waiting in the queue (the choices of one request a
+ * client left). */
+void pool_cancel_all(pool *p, sreq *const *rs, size_t n);
+
 /* The KV figures of an engine's latest pong (engine/protocol.h `pong.kv`),
  * as it sent them: blocks in all, in use by running requests, listed in the
  * prefix cache; the pool's bytes, and the bytes of it committed (memory the

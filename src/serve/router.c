@@ -310,13 +310,21 @@ enum pool_submit_result pool_submit(pool *p, sreq *r)
     return res;
 }
 
-void pool_cancel(pool *p, sreq *r)
+/* Sets r's cancel flag; true when this call set it on an open request. */
+static bool cancel_mark(sreq *r)
 {
     pthread_mutex_lock(&r->result_lock);
     bool already = r->cancel_requested || r->finish != SREQ_FINISH_NONE;
     r->cancel_requested = true;
     pthread_mutex_unlock(&r->result_lock);
-    if (already) return;
+    return !already;
+}
+
+/* The rest of a cancel after cancel_mark: out of the queue, or `stop`. A
+ * request the dispatcher slots meanwhile is dropped by send_one, which
+ * sees the flag. */
+static void cancel_act(pool *p, sreq *r)
+{
     bool dropped = false;
     replica *rep = NULL;
     uint64_t id = 0, gen = 0;
@@ -356,6 +364,26 @@ void pool_cancel(pool *p, sreq *r)
         free(line);
     }
     pthread_mutex_unlock(&rep->write_lock);
+}
+
+void pool_cancel(pool *p, sreq *r)
+{
+    if (cancel_mark(r)) cancel_act(p, r);
+}
+
+void pool_cancel_all(pool *p, sreq *const *rs, size_t n)
+{
+    bool *marked = calloc(n > 0 ? n : 1, sizeof(*marked));
+    if (marked == NULL) { /* one by one: a queued one may start before its turn */
+        for (size_t i = 0; i < n; i++)
+            if (rs[i] != NULL) pool_cancel(p, rs[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        marked[i] = rs[i] != NULL && cancel_mark(rs[i]);
+    for (size_t i = 0; i < n; i++)
+        if (marked[i]) cancel_act(p, rs[i]);
+    free(marked);
 }
 
 int pool_start(pool **out, const pool_config *c, strata_err *err)
