@@ -269,7 +269,7 @@ static int init_draft(engine *e, const engine_params *p, int64_t step_blocks, st
     int64_t per_slot = (e->n_limit + e->draft_max + bt - 1) / bt * bt;
     e->d_pool_tokens = per_slot * e->n_slots;
     model_ctx_params cp = {.n_ctx = e->d_pool_tokens, .n_seq_max = e->n_slots,
-                           .n_batch = e->n_batch, .n_threads = p->n_threads,
+                           .n_ctx_seq = e->n_ctx, .n_batch = e->n_batch, .n_threads = p->n_threads,
                            .pool = model_ctx_pool(e->ctx), .k_type = e->kv->k_type,
                            .v_type = e->kv->v_type};
     rc = model_ctx_init(&e->dctx, p->draft_model, &cp, err);
@@ -398,7 +398,7 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
                               "(--kv-max %" PRId64 ", --kv-max-mib %" PRId64 ")",
                               p->kv_max_tokens, p->kv_max_bytes >> 20);
     }
-    model_ctx_params cp = {.n_ctx = pool_tokens, .n_seq_max = n_slots,
+    model_ctx_params cp = {.n_ctx = pool_tokens, .n_seq_max = n_slots, .n_ctx_seq = n_ctx,
                            .n_batch = n_batch, .n_threads = p->n_threads,
                            .k_type = p->kv_type, .v_type = p->kv_type};
     int rc = model_ctx_init(&e->ctx, m, &cp, err);

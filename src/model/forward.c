@@ -53,6 +53,8 @@ struct model_ctx {
     kv_cache *kv;
     tensor_quant_fn quant_q8; /* writes Q8_0 KV rows (the reference quantizer) */
     int64_t n_batch;
+    const float *rope_freqs; /* (n_rot/2) rope's frequency factors for this context: Llama 3's,
+                                LongRoPE's long or short set, or NULL */
 
     /* Activations of one chunk; every buffer has n_batch rows. */
     float *x;               /* (n_batch, n_embd) residual stream */
@@ -157,6 +159,18 @@ int model_ctx_init(model_ctx **out, const model *m, const model_ctx_params *p, s
     ctx->n_threads = n_threads;
     ctx->n_batch = n_batch;
     ctx->quant_q8 = tensor_get_quant(STRATA_TYPE_Q8_0);
+    /* LongRoPE's set by the longest a sequence may grow, as llama.cpp
+     * chooses it by its context per sequence */
+    const int64_t n_ctx_seq = p->n_ctx_seq > 0 ? p->n_ctx_seq : p->n_ctx / n_seq_max;
+    const bool rope_long = n_ctx_seq > hp->n_ctx_orig_factors;
+    ctx->rope_freqs = m->rope_freqs != NULL ? m->rope_freqs
+                      : rope_long           ? m->rope_long
+                                            : m->rope_short;
+    if (m->rope_freqs == NULL && (m->rope_long != NULL || m->rope_short != NULL)) {
+        LOG_INFO("model: LongRoPE with the %s factors (context %" PRId64 " per sequence, "
+                 "original %" PRId64 ")",
+                 rope_long ? "long" : "short", n_ctx_seq, hp->n_ctx_orig_factors);
+    }
 
     kv_cache_params kp = {
         .n_layer = hp->n_layer,
@@ -301,40 +315,51 @@ typedef struct row_job {
     const int32_t *pos;
 } row_job;
 
-/* Rope with YaRN scaling, in place, over x's n_head heads of head_dim (the
- * first n_rot dims of each rotated, pairs as hp->rope_mode says). Pair k's
- * angle mixes the extrapolated angle theta_e = pos base^(-2k/n_rot) (in
- * float, step by step as tensor_rope computes it) and the interpolated
- * theta_i = freq_scale theta_e:
+/* Rope with scaled cos and sin, and optionally YaRN, in place, over x's
+ * n_head heads of head_dim (the first n_rot dims of each rotated, pairs as
+ * hp->rope_mode says). Pair k's extrapolated angle is theta_e = pos
+ * base^(-2k/n_rot) (in float, step by step as tensor_rope computes it)
+ * divided by factors[k] when given (LongRoPE), and its interpolated angle
+ * theta_i = fscale theta_e. Without YaRN the angle is theta_i and cos, sin
+ * are multiplied by hp->rope_attn_factor. With YaRN:
  *     r = 1 - clamp((k - lo) / max(0.001, hi - lo), 0, 1)
  *     theta = theta_i (1 - r) + theta_e r
  * where lo, hi are the correction dims: lo = floor(d(beta_fast)), hi =
  * ceil(d(beta_slow)) clamped to [0, n_rot - 1], with
  *     d(beta) = n_rot ln(n_ctx_orig / (2 pi beta)) / (2 ln base)
  * (the dims whose wavelength fits beta times into the original context);
- * then cos and sin are multiplied by hp->yarn_mscale. */
-static void rope_yarn(float *x, int64_t n_head, int64_t head_dim, const model_hparams *hp,
-                      int64_t pos, float base)
+ * then cos and sin are multiplied by hp->yarn_mscale (which includes the
+ * attention factor). */
+static void rope_ext(float *x, int64_t n_head, int64_t head_dim, const model_hparams *hp,
+                     int64_t pos, float base, float fscale, const float *factors)
 {
     const int64_t n_rot = hp->n_rot;
     const float two_pi = 6.28318530717958647692f;
     const float ln_base = logf(base);
-    float lo = floorf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) /
-                      (2.0f * ln_base));
-    float hi = ceilf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) /
-                     (2.0f * ln_base));
-    lo = lo > 0.0f ? lo : 0.0f;
-    hi = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
+    float lo = 0.0f, hi = 0.0f;
+    if (hp->rope_yarn) {
+        lo = floorf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) /
+                    (2.0f * ln_base));
+        hi = ceilf((float)n_rot * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) /
+                   (2.0f * ln_base));
+        lo = lo > 0.0f ? lo : 0.0f;
+        hi = hi < (float)(n_rot - 1) ? hi : (float)(n_rot - 1);
+    }
     const float step = powf(base, -2.0f / (float)n_rot);
-    const float fs = hp->rope_freq_scale;
+    const float fs = hp->rope_yarn ? hp->rope_freq_scale : fscale;
+    const float mscale = hp->rope_yarn ? hp->yarn_mscale : hp->rope_attn_factor;
     const int64_t half = n_rot / 2;
-    float theta_e = (float)pos;
-    for (int64_t k = 0; k < half; k++, theta_e *= step) {
-        float y = ((float)k - lo) / fmaxf(0.001f, hi - lo);
-        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-        float theta_i = fs * theta_e;
-        float theta = theta_i * (1.0f - ramp) + theta_e * ramp;
-        float c = cosf(theta) * hp->yarn_mscale, sn = sinf(theta) * hp->yarn_mscale;
+    float theta_p = (float)pos;
+    for (int64_t k = 0; k < half; k++, theta_p *= step) {
+        const float theta_e = factors != NULL ? theta_p / factors[k] : theta_p;
+        const float theta_i = fs * theta_e;
+        float theta = theta_i;
+        if (hp->rope_yarn) {
+            float y = ((float)k - lo) / fmaxf(0.001f, hi - lo);
+            float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            theta = theta_i * (1.0f - ramp) + theta_e * ramp;
+        }
+        float c = cosf(theta) * mscale, sn = sinf(theta) * mscale;
         const int64_t i0 = hp->rope_mode == TENSOR_ROPE_NEOX ? k : 2 * k;
         const int64_t i1 = hp->rope_mode == TENSOR_ROPE_NEOX ? k + half : 2 * k + 1;
         for (int64_t h = 0; h < n_head; h++) {
@@ -375,14 +400,14 @@ static void row_qkv(const row_job *j, int64_t t)
         const bool swa = model_hparams_layer_swa(hp, j->il);
         const float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
         const float fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
-        if (hp->rope_yarn) {
-            rope_yarn(q, hp->n_head, hd, hp, pos, base);
-            rope_yarn(k, hp->n_head_kv, hd, hp, pos, base);
+        if (hp->rope_yarn || hp->rope_attn_factor != 1.0f) {
+            rope_ext(q, hp->n_head, hd, hp, pos, base, fscale, ctx->rope_freqs);
+            rope_ext(k, hp->n_head_kv, hd, hp, pos, base, fscale, ctx->rope_freqs);
         } else {
             tensor_rope(q, (int)hp->n_head, (int)hd, (int)hp->n_rot, pos, base, fscale,
-                        m->rope_freqs, hp->rope_mode);
+                        ctx->rope_freqs, hp->rope_mode);
             tensor_rope(k, (int)hp->n_head_kv, (int)hd, (int)hp->n_rot, pos, base, fscale,
-                        m->rope_freqs, hp->rope_mode);
+                        ctx->rope_freqs, hp->rope_mode);
         }
     }
     if (hp->attn_temp_scale != 0.0f) {

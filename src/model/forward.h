@@ -36,6 +36,9 @@
 typedef struct model_ctx_params {
     int64_t n_ctx;     /* KV positions in all, shared by the sequences; > 0 */
     int n_seq_max;     /* sequence slots (ids 0 .. n_seq_max-1); 0 means 1 */
+    int64_t n_ctx_seq; /* the most positions one sequence may reach; 0 means
+                          n_ctx / n_seq_max. Chooses LongRoPE's factor set
+                          (model_hparams.n_ctx_orig_factors) */
     int64_t n_batch;   /* tokens per chunk; 0 means MODEL_DEFAULT_BATCH */
     int n_threads;     /* threads of the context's pool; 0 means 1 */
     uint32_t k_type;   /* KV cache key rows: STRATA_TYPE_F16 or STRATA_TYPE_Q8_0;

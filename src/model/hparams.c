@@ -85,6 +85,10 @@ void model_hparams_describe(const model_hparams *hp, char *buf, size_t n)
     } else if (hp->rope_freq_scale != 1.0f) {
         PUT(" with linear scaling x%g", 1.0 / hp->rope_freq_scale);
     }
+    if (hp->rope_longrope)
+        PUT(" with LongRoPE factors (the long set past %lld positions)",
+            (long long)hp->n_ctx_orig_factors);
+    if (hp->rope_attn_factor != 1.0f) PUT(", cos/sin x%g", hp->rope_attn_factor);
     if (hp->no_rope_step > 0)
         PUT(" (none in 1 of every %lld layers)", (long long)hp->no_rope_step);
     if (hp->n_expert > 0)
@@ -424,9 +428,13 @@ int model_hparams_load(const gguf *g, model_hparams *hp, strata_err *err)
     bool is_none = type.len == 0 || (type.len == 4 && memcmp(type.ptr, "none", 4) == 0);
     bool is_linear = type.len == 6 && memcmp(type.ptr, "linear", 6) == 0;
     bool is_yarn = type.len == 4 && memcmp(type.ptr, "yarn", 4) == 0;
+    /* "longrope" names Phi-3's scheme, whose factors come as tensors
+     * (model.c) and whose angles are otherwise scaled linearly */
+    if (type.len == 8 && memcmp(type.ptr, "longrope", 8) == 0) is_linear = true;
     if (!is_none && !is_linear && !is_yarn) {
         return strata_err_set(err, STRATA_EUNSUPPORTED,
-                              "%s = '%.*s': only none, linear and yarn rope scaling are supported",
+                              "%s = '%.*s': only none, linear, longrope and yarn rope scaling are "
+                              "supported",
                               key, (int)(type.len > 32 ? 32 : type.len), type.ptr);
     }
     if ((is_linear || is_yarn || (type.len == 0 && frc == 0)) && factor != 0 && factor != 1) {
@@ -440,6 +448,15 @@ int model_hparams_load(const gguf *g, model_hparams *hp, strata_err *err)
         rc = opt_float_keys(g, arch, hp, err);
         if (rc != 0) return rc;
     }
+    hp->rope_attn_factor = 1.0f;
+    rc = opt_float(g, arch, "rope.scaling.attn_factor", 0, 1e3, &hp->rope_attn_factor, err);
+    if (rc != 0) return rc;
+    if (hp->rope_yarn) hp->yarn_mscale *= hp->rope_attn_factor;
+    rc = read_size(g, arch, "rope.scaling.original_context_length", 0, false, hp->n_ctx_train,
+                   &hp->n_ctx_orig_factors, err);
+    if (rc != 0) return rc;
+    hp->rope_longrope = gguf_find_tensor(g, "rope_factors_long.weight") != NULL ||
+                        gguf_find_tensor(g, "rope_factors_short.weight") != NULL;
 
     rc = read_gemma_keys(g, arch, d, hp, err);
     if (rc != 0) return rc;

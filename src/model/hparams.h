@@ -124,6 +124,19 @@ typedef struct model_hparams {
      * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1). */
     float attn_temp_scale;  /* {arch}.attention.temperature_scale; 0: none */
     int64_t attn_temp_floor; /* n_ctx_orig */
+
+    /* Every file may scale rope's cos and sin (and so q and k) by
+     * {arch}.rope.scaling.attn_factor (default 1): Phi-3's LongRoPE files
+     * carry sqrt(1 + ln(s) / ln(n_orig)) for s = context_length / n_orig.
+     * With YaRN it multiplies yarn_mscale. */
+    float rope_attn_factor;
+    /* LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): rope_factors_long.weight
+     * and rope_factors_short.weight divide each pair's angle; the long set
+     * applies when a sequence may grow past this many positions
+     * ({arch}.rope.scaling.original_context_length, else context_length),
+     * as llama.cpp chooses them by the context it runs with. */
+    int64_t n_ctx_orig_factors;
+    bool rope_longrope;     /* the file has either set of factors */
 } model_hparams;
 
 /* Whether layer il attends through a sliding window (see n_swa). */

@@ -234,14 +234,13 @@ static int bind_all(model *m, strata_err *err)
 
     rc = bind_vector(g, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, err);
     if (rc != 0) return rc;
-    /* Phi-3's long-context rope (LongRoPE: per-dim factors switched by
-     * the context length) is not implemented: refuse rather than run
-     * such a file with plain rope */
-    if (gguf_find_tensor(g, "rope_factors_long.weight") != NULL) {
-        return strata_err_set(err, STRATA_EUNSUPPORTED,
-                              "tensor rope_factors_long.weight: LongRoPE scaling (Phi-3 128k) is "
-                              "not supported");
-    }
+    /* LongRoPE (Phi-3 128k and its successors): two sets of per-pair
+     * factors, chosen per context by model_ctx_init */
+    rc = bind_vector(g, "rope_factors_long.weight", hp->n_rot / 2, false, &m->rope_long, err);
+    if (rc == 0)
+        rc = bind_vector(g, "rope_factors_short.weight", hp->n_rot / 2, false, &m->rope_short,
+                         err);
+    if (rc != 0) return rc;
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
         rc = bind_layer(g, hp, il, &m->layers[il], m->expert_slots, err);

@@ -77,6 +77,8 @@ typedef struct model {
     bool tied_output;
     const float *output_norm; /* (n_embd) */
     const float *rope_freqs;  /* (n_rot/2) Llama 3 frequency factors, or NULL */
+    const float *rope_long;   /* (n_rot/2) LongRoPE's factors past hp.n_ctx_orig_factors */
+    const float *rope_short;  /* (n_rot/2) ... within it; either may be NULL (plain rope) */
     model_layer *layers;      /* (n_layer) */
     model_matrix *expert_slots; /* (n_layer, n_expert, 3) what layers[].experts point into */
     char *packed;             /* the repacked matrices (a mapping), or NULL */

@@ -229,13 +229,17 @@ static void test_load_errors_name_the_culprit(void **state)
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope.dimension_count 63");
     e = (edit){.u32_key = "llama.embedding_length", .u32_val = 0};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "llama.embedding_length = 0 is out of range");
-    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "longrope"};
-    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'longrope'");
+    e = (edit){.str_key = "llama.rope.scaling.type", .str_val = "dynamic"};
+    load_fails("llama-F32", &e, STRATA_EUNSUPPORTED, "llama.rope.scaling.type = 'dynamic'");
     static const float wrong[7] = {1, 1, 1, 1, 1, 1, 1};
     e = (edit){.add_tensor = "rope_freqs.weight", .add_data = wrong, .add_n = 7};
     load_fails("llama-F32", &e, STRATA_EFORMAT, "rope_freqs.weight has shape [7], expected [32]");
     e = (edit){.add_tensor = "rope_factors_long.weight", .add_data = wrong, .add_n = 7};
-    load_fails("phi3-F32", &e, STRATA_EUNSUPPORTED, "LongRoPE scaling (Phi-3 128k) is not supported");
+    load_fails("phi3-F32", &e, STRATA_EFORMAT,
+               "rope_factors_long.weight has shape [7], expected [32]");
+    e = (edit){.add_tensor = "rope_factors_short.weight", .add_data = wrong, .add_n = 7};
+    load_fails("phi3-F32", &e, STRATA_EFORMAT,
+               "rope_factors_short.weight has shape [7], expected [32]");
 }
 
 /* gemma3: the window and its pattern, the sliding layers' rope base, the
