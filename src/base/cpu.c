@@ -8,8 +8,10 @@
  *   leaf 1        ECX: 12 FMA, 27 OSXSAVE, 28 AVX, 29 F16C
  *   leaf 7.0      EBX: 5 AVX2, 16 AVX512F, 30 AVX512BW, 31 AVX512VL
  *                 ECX: 11 AVX512_VNNI
+ *                 EDX: 24 AMX-TILE, 25 AMX-INT8
  *   leaf 7.1      EAX: 4 AVX_VNNI, 5 AVX512_BF16
- *   XCR0          bits 1-2 SSE+AVX state (YMM), 5-7 opmask+ZMM_Hi256+Hi16_ZMM
+ *   XCR0          bits 1-2 SSE+AVX state (YMM), 5-7 opmask+ZMM_Hi256+Hi16_ZMM,
+ *                 17-18 XTILECFG+XTILEDATA (AMX)
  *
  * Detection runs once under pthread_once; afterwards everything is read-only
  * static data, so any thread may read it without locks. */
@@ -19,6 +21,10 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -87,6 +93,7 @@ static void cpu_detect_x86(strata_cpu *c)
     c->avx512bw = c->os_zmm && ((b >> 30) & 1);
     c->avx512vl = c->os_zmm && ((b >> 31) & 1);
     c->avx512vnni = c->os_zmm && ((cx >> 11) & 1);
+    c->amx_int8 = (xcr0 & 0x60000) == 0x60000 && ((d >> 24) & 1) && ((d >> 25) & 1);
 
     if (max_subleaf7 < 1) return;
     __cpuid_count(7, 1, a, b, cx, d);
@@ -155,6 +162,33 @@ enum strata_simd_level strata_cpu_level(void)
     return g_level;
 }
 
+static bool g_amx;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_init_once(void)
+{
+    const strata_cpu *c = strata_cpu_get();
+    if (!c->amx_int8 || strata_cpu_level() < STRATA_SIMD_AVX512) return;
+    const char *env = getenv("STRATA_AMX");
+    if (env != NULL && strcmp(env, "0") == 0) return;
+#if defined(__linux__) && defined(__x86_64__)
+    /* Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM
+     * 0x1023 for XFEATURE_XTILEDATA, feature 18); without it the first tile
+     * instruction faults */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) {
+        LOG_WARN("cpu: the OS refused AMX's tile state: AVX-512 kernels only");
+        return;
+    }
+    g_amx = true;
+#endif
+}
+
+bool strata_cpu_amx(void)
+{
+    pthread_once(&g_amx_once, amx_init_once);
+    return g_amx;
+}
+
 const char *strata_cpu_describe(char *buf, size_t size)
 {
     const strata_cpu *c = strata_cpu_get();
@@ -174,6 +208,7 @@ const char *strata_cpu_describe(char *buf, size_t size)
         {offsetof(strata_cpu, avx512vnni), "avx512vnni"},
         {offsetof(strata_cpu, avx512bf16), "avx512bf16"},
         {offsetof(strata_cpu, avx_vnni), "avx_vnni"},
+        {offsetof(strata_cpu, amx_int8), "amx_int8"},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -188,8 +223,9 @@ const char *strata_cpu_describe(char *buf, size_t size)
     char capped[48] = "";
     if (g_cap[0] != '\0')
         snprintf(capped, sizeof(capped), " (capped by STRATA_CPU=%s)", g_cap);
-    snprintf(buf, size, "%s%s%s%s%s%s: %s; simd %s%s", arch, c->vendor[0] ? " " : "", c->vendor,
-             c->brand[0] ? " (" : "", c->brand, c->brand[0] ? ")" : "",
-             used ? features : "no simd features", strata_simd_level_name(g_level), capped);
+    snprintf(buf, size, "%s%s%s%s%s%s: %s; simd %s%s%s", arch, c->vendor[0] ? " " : "",
+             c->vendor, c->brand[0] ? " (" : "", c->brand, c->brand[0] ? ")" : "",
+             used ? features : "no simd features", strata_simd_level_name(g_level),
+             strata_cpu_amx() ? " with amx" : "", capped);
     return buf;
 }

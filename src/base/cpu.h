@@ -31,6 +31,9 @@ typedef struct strata_cpu {
     bool avx512vnni;
     bool avx512bf16;
     bool avx_vnni;    /* the VEX (256-bit) form of VNNI */
+    bool amx_int8;    /* AMX tiles with int8 dot products (AMX-TILE and AMX-INT8),
+                         XCR0 enabling the tile state; using them also needs the
+                         OS's permission (strata_cpu_amx) */
     char vendor[13];  /* "GenuineIntel", "AuthenticAMD", ... or "" */
     char brand[49];   /* the processor's brand string, or "" */
 } strata_cpu;
@@ -63,6 +66,15 @@ enum strata_simd_level strata_cpu_level_max(const strata_cpu *cpu);
  * strata_cpu_get() and getenv("STRATA_CPU"), so tests can exercise any
  * combination without a machine that has it. */
 int strata_cpu_level_capped(const strata_cpu *cpu, const char *cap);
+
+/* Whether kernels may use AMX's int8 tiles: the CPU has them (amx_int8),
+ * the level is AVX512 (so STRATA_CPU=avx2 or scalar turns them off too),
+ * STRATA_AMX is not "0", and the OS granted this process the tile state
+ * (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once, on the first call;
+ * the grant covers every thread). The AMX kernels compute the same bits
+ * as the AVX512 level's (pack_internal.h), so this changes speed only.
+ * Fixed for the life of the process. */
+bool strata_cpu_amx(void);
 
 /* "scalar", "avx2" or "avx512". */
 const char *strata_simd_level_name(enum strata_simd_level level);

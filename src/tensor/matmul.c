@@ -372,6 +372,11 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
     for (int l = (int)level; l >= STRATA_SIMD_SCALAR && k == NULL; l--)
         k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
     if (k == NULL) return STRATA_EUNSUPPORTED;
+    /* prefill on AMX's tiles where the CPU has them (the same bits) */
+    const tensor_x8_kernels *k_amx =
+        level >= STRATA_SIMD_AVX512 && n_tok >= TENSOR_X8_AMX_T ? tensor_x8_kernels_amx(type)
+                                                                : NULL;
+    if (k_amx != NULL) k = k_amx;
     x8_ctx c = {
         .k = k, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
         .n_tok = n_tok, .xq = scratch, .y = y,

@@ -100,6 +100,24 @@ const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_le
     return t->k[level].one != NULL ? &t->k[level] : NULL;
 }
 
+const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type)
+{
+#if defined(__x86_64__)
+    static const tensor_x8_kernels q8_0 = {.one = tensor_x8_q8_0_amx,
+                                           .pair = tensor_x8_q8_0_amx_pair,
+                                           .max_t = TENSOR_X8_AMX_T};
+    static const tensor_x8_kernels q4_0 = {.one = tensor_x8_q4_0_amx,
+                                           .pair = tensor_x8_q4_0_amx_pair,
+                                           .max_t = TENSOR_X8_AMX_T};
+    if (!strata_cpu_amx()) return NULL;
+    if (type == STRATA_TYPE_Q8_0) return &q8_0;
+    if (type == STRATA_TYPE_Q4_0) return &q4_0;
+#else
+    (void)type;
+#endif
+    return NULL;
+}
+
 size_t tensor_x8_block_bytes(uint32_t type)
 {
     const x8_type *t = x8_lookup(type);

@@ -189,7 +189,8 @@ typedef void (*tensor_x8_pair_fn)(int64_t n, const void *w, size_t gs, const voi
 typedef struct tensor_x8_kernels {
     tensor_x8_fn one;
     tensor_x8_pair_fn pair;  /* NULL: the level has only `one` */
-    int max_t;               /* most tokens per call, <= TENSOR_X8_MAX_T */
+    int max_t;               /* most tokens per call, <= TENSOR_X8_MAX_T (the AMX
+                                kernels: TENSOR_X8_AMX_T) */
 } tensor_x8_kernels;
 
 /* Packs 8 source rows (GGUF layout, src_row_bytes apart, n elements each)
@@ -282,6 +283,18 @@ TENSOR_X8_AVX512_DECL(q6_k);
 TENSOR_X8_AVX512_DECL(q5_k);   /* pack_q5_k.c */
 TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
 TENSOR_X8_AVX512_DECL(iq4_xs);
+/* AMX (pack_amx.c): Q8_0 and Q4_0, one group and pairs, up to
+ * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
+ * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */
+#define TENSOR_X8_AMX_T 16
+void tensor_x8_q8_0_amx(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                        size_t ys, int nt);
+void tensor_x8_q8_0_amx_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                             float *y, size_t ys, int nt);
+void tensor_x8_q4_0_amx(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                        size_t ys, int nt);
+void tensor_x8_q4_0_amx_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                             float *y, size_t ys, int nt);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_k_quantize_act_avx2(const float *x, void *dst, int64_t n);
@@ -299,6 +312,11 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
 /* The x8 kernels for a plain type at exactly `level` (no fallback), or
  * NULL. For tests and benchmarks; tensor_matmul uses the process's level. */
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
+
+/* The AMX kernels of a plain type (Q8_0, Q4_0), or NULL: for the type,
+ * or where strata_cpu_amx() is false. tensor_matmul takes them at the
+ * AVX512 level for 16 tokens or more; their bits are that level's. */
+const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,

@@ -51,6 +51,9 @@ static void test_first_calls_race_safely_and_env_cap_applies(void **state)
     assert_non_null(strstr(buf, "simd scalar"));
     if (strata_cpu_level_max(strata_cpu_get()) > STRATA_SIMD_SCALAR)
         assert_non_null(strstr(buf, "capped by STRATA_CPU=scalar"));
+    /* a level below AVX512 keeps the AMX kernels off too, on any CPU */
+    assert_false(strata_cpu_amx());
+    assert_null(strstr(buf, "with amx"));
 }
 
 /* --- the level as a function of the features --- */

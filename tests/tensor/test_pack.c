@@ -441,6 +441,74 @@ static void test_kernels_vs_reference(void **state)
                strata_simd_level_name((enum strata_simd_level)l));
 }
 
+/* The AMX kernels (Q8_0, Q4_0) where this CPU has the tile unit, against
+ * the reference bit for bit: 16 tokens (the tiles) at three token offsets
+ * and the shorter calls they pass to the AVX-512 kernels, one group and
+ * pairs, 1, 2, 3 and 5 blocks (the double-buffered block loop's even and
+ * odd ends), every fill, activation codes random and at +-127. */
+static void check_amx(uint32_t type, const tensor_x8_kernels *k, int64_t n, enum fill wf,
+                      bool x_extreme, uint64_t seed)
+{
+    strata_rng rng;
+    strata_rng_seed(&rng, seed);
+    const int64_t n_rows = 24, n_tok = TENSOR_X8_AMX_T + 2;
+    size_t row_bytes = strata_type_row_bytes(type, n);
+    void *w = malloc(row_bytes * (size_t)n_rows);
+    assert_non_null(w);
+    fill_weights(type, w, n_rows, n, wf, &rng);
+    void *p = pack_new(type, w, n_rows, n);
+    size_t xs;
+    char *x = make_act(type, n_tok, n, x_extreme, &rng, &xs);
+    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
+    static const int nts[] = {TENSOR_X8_AMX_T, 1, 8, 9, TENSOR_X8_AMX_T - 1};
+    for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
+        const int nt = nts[i];
+        for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
+            const char *xt = x + (size_t)t0 * xs;
+            for (int64_t g = 0; g < n_rows / 8; g++) {
+                float y[TENSOR_X8_AMX_T * 8];
+                k->one(n, (const char *)p + (size_t)g * group_bytes, xt, xs, y, 8, nt);
+                check_block(type, "amx one", STRATA_SIMD_AVX512, wf, nt, w, row_bytes, 8 * g, 8,
+                            x, xs, t0, n, y, 8);
+                if (g + 1 >= n_rows / 8) continue;
+                float y2[TENSOR_X8_AMX_T * 17];
+                for (size_t j = 0; j < sizeof y2 / sizeof y2[0]; j++) y2[j] = -1.0f;
+                k->pair(n, (const char *)p + (size_t)g * group_bytes, group_bytes, xt, xs, y2, 17,
+                        nt);
+                check_block(type, "amx pair", STRATA_SIMD_AVX512, wf, nt, w, row_bytes, 8 * g, 16,
+                            x, xs, t0, n, y2, 17);
+                for (int t = 0; t < nt; t++) assert_true(y2[17 * t + 16] == -1.0f);
+            }
+        }
+    }
+    free(x);
+    free(p);
+    free(w);
+}
+
+static void test_amx_kernels(void **state)
+{
+    (void)state;
+    const uint32_t types[] = {STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_0};
+    for (size_t i = 0; i < 2; i++) {
+        const tensor_x8_kernels *k = tensor_x8_kernels_amx(types[i]);
+        if (k == NULL) {
+            printf("# AMX kernels skipped: this CPU (or STRATA_AMX=0, or STRATA_CPU) has no AMX\n");
+            return;
+        }
+        assert_int_equal(k->max_t, TENSOR_X8_AMX_T);
+        for (int nb = 1; nb <= 5; nb += nb == 3 ? 2 : 1) {
+            const int64_t n = TENSOR_QK * nb;
+            check_amx(types[i], k, n, FILL_RANDOM, false, 31 + i);
+            check_amx(types[i], k, n, FILL_EXTREME, true, 32 + i);
+            check_amx(types[i], k, n, FILL_ONES, true, 33 + i);
+            check_amx(types[i], k, n, FILL_ZERO, false, 34 + i);
+            check_amx(types[i], k, n, FILL_RANDOM, true, 35 + i);
+        }
+    }
+    assert_null(tensor_x8_kernels_amx(STRATA_TYPE_Q4_K));
+}
+
 /* The activation rows at every level against the scalar level's bytes:
  * random rows and blocks of special values (zeros, -0, NaN, infinities,
  * values past f16's range, subnormals, exact ties x / d = k + 0.5). */
@@ -771,6 +839,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_kernels_vs_reference),
+        cmocka_unit_test(test_amx_kernels),
         cmocka_unit_test(test_act_quant_levels),
         cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_matmul_levels),

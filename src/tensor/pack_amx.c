@@ -1,0 +1,254 @@
+/* AMX kernels of the Q8_0 and Q4_0 x8 layouts: prefill tiles of 16 tokens
+ * on Intel's tile unit (Sapphire Rapids and later), for the AVX512 level
+ * where strata_cpu_amx() allows (pack_internal.h has the layouts and the
+ * float steps every kernel follows).
+ *
+ * Per block of 32 elements one tile instruction, TDPBSSD, multiplies tile
+ * A, 16 rows x 32 signed bytes (the 16 tokens' activation codes of the
+ * block, loaded in place from their rows, xs bytes apart), by tile B, 8
+ * rows x 64 signed bytes, where row j holds elements 4j..4j+3 of the 16
+ * weight rows of a pair of groups (the two groups' code vectors j side by
+ * side: Q8_0's packed bytes, Q4_0's nibbles widened to q - 8; a lone
+ * group's half is zero). C = A . B, 16 tokens x 16 rows of int32, is the
+ * exact isum of every (token, row) pair of the block, as the scalar
+ * reference computes it (integer sums are exact in any order). C is
+ * stored, read back one token (16 rows) per 512-bit vector, and the float
+ * step acc = fmaf((float)isum, d_r * dx, acc) runs in block order on 16
+ * lanes: the AVX512 level's bits, and the scalar reference's.
+ *
+ * The per-block scales force C out of the tiles every 32 elements, so the
+ * tile loads and stores (A, B and C: 40 tile rows per 8192 products), not
+ * the products, bound the tile side; they share the load and store ports
+ * with the float steps. The loop is a pipeline: block k runs on C tile
+ * k % 4, A tile 4 + k % 2 and B tile 6 + k % 2; its B is built two steps
+ * before its product starts, the product two steps before C is stored, and
+ * C one step before its float steps. Measured on a 2-core Xeon with AMX
+ * (bench_matmul-style, one thread, in L2): about 1.3x the AVX-512 VNNI
+ * pair kernel for Q8_0 and Q4_0.
+ *
+ * Calls with fewer than 16 tokens go to the AVX512 kernels (same bits).
+ * Each AMX call loads its tile configuration and releases the tile state
+ * when it returns, so no thread holds it between matrix products. */
+#include "tensor/fp16.h"
+#include "tensor/pack_internal.h"
+
+#if defined(__x86_64__)
+
+#include "tensor/pack_avx512.h"
+#include "tensor/vecdot_x86.h"
+
+#include <immintrin.h>
+#include <stdalign.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* The tile instructions as inline assembly (AT&T operand order: sources
+ * first), so that no compiler flag is needed and every load and store of
+ * memory is ordered against the C code around it ("memory"). */
+#define AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
+#define AMX_LOAD(t, base, stride)                                                          \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)),          \
+                     "r"((long)(stride))                                                   \
+                     : "memory")
+#define AMX_STORE(t, base, stride)                                                         \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(base)),            \
+                     "r"((long)(stride))                                                   \
+                     : "memory")
+/* C (tile c) += A (tile a) . B (tile b), signed bytes, int32 sums */
+#define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+
+/* The 64-byte tile configuration (palette 1): colsb[i] bytes per row and
+ * rows[i] rows of tile i. */
+typedef struct amx_cfg {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+_Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
+
+static void amx_configure(void)
+{
+    alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int t = 0; t < 4; t++) { /* C: 16 tokens x 16 rows of int32 */
+        c.rows[t] = TENSOR_X8_AMX_T;
+        c.colsb[t] = 64;
+    }
+    for (int t = 4; t < 6; t++) { /* A: 16 tokens x 32 codes */
+        c.rows[t] = TENSOR_X8_AMX_T;
+        c.colsb[t] = 32;
+    }
+    for (int t = 6; t < 8; t++) { /* B: 8 quads x (16 rows x 4 codes) */
+        c.rows[t] = 8;
+        c.colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+}
+
+static void amx_release(void)
+{
+    __asm__ volatile("tilerelease" ::: "memory");
+}
+
+/* B for a pair of groups: row j (64 bytes) = elements 4j..4j+3 of group g's
+ * 8 rows, then of group g + 1's (zero when NG == 1). Q8_0: the packed code
+ * vectors side by side. Q4_0: row j from nibble (j odd: high) of
+ * qs[32 (j / 2) ..], as q - 8. */
+X8_AVX512_INLINE void b_q8_0(const block_q8_0x8 *w0, const block_q8_0x8 *w1, int8_t *b,
+                             const int NG)
+{
+    for (int j = 0; j < 8; j++)
+        _mm512_store_si512((void *)(b + 64 * j), load_pair256(w0->qs + 32 * j, w1->qs + 32 * j, NG));
+}
+
+X8_AVX512_INLINE void b_q4_0(const block_q4_0x8 *w0, const block_q4_0x8 *w1, int8_t *b,
+                             const int NG)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    for (int m = 0; m < 4; m++) {
+        const __m512i q = load_pair256(w0->qs + 32 * m, w1->qs + 32 * m, NG);
+        __m512i lo = _mm512_sub_epi8(_mm512_and_si512(q, m4), eight);
+        __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), eight);
+        if (NG == 1) { /* the absent group's codes must be 0, not -8 */
+            lo = _mm512_zextsi256_si512(_mm512_castsi512_si256(lo));
+            hi = _mm512_zextsi256_si512(_mm512_castsi512_si256(hi));
+        }
+        _mm512_store_si512((void *)(b + 128 * m), lo);
+        _mm512_store_si512((void *)(b + 128 * m + 64), hi);
+    }
+}
+
+/* The float steps of block ib for the 16 tokens, isums in cb (row t: the
+ * 8 rows of group g, then the 8 of group g + 1). */
+X8_AVX512_INLINE void amx_steps(__m512 *acc, const int32_t *cb, __m512 dw, const char *x,
+                                size_t xs, int64_t ib, const int NG)
+{
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) {
+        const block_q8_0 *xb = (const block_q8_0 *)(x + (size_t)t * xs) + ib;
+        const __m512i isum = NG == 2 ? _mm512_load_si512((const void *)(cb + 16 * t))
+                                     : _mm512_zextsi256_si512(
+                                           _mm256_load_si256((const __m256i *)(cb + 16 * t)));
+        const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+    }
+}
+
+/* Block k's B, built into bq[k % 4] two pipeline steps before its tile
+ * product loads it: a tile load of bytes the vector unit has just stored
+ * waits for them to leave the store buffer (it cost more than the
+ * product itself when done back to back). */
+#define AMX_BUILD(k)                                                                       \
+    do {                                                                                   \
+        if (Q4) {                                                                          \
+            prefetch_lines(&q0[k], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);        \
+            if (NG == 2) prefetch_lines(&q1[k], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD); \
+        } else {                                                                           \
+            prefetch_lines(&e0[k], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);        \
+            if (NG == 2) prefetch_lines(&e1[k], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD); \
+        }                                                                                  \
+        if (Q4)                                                                            \
+            b_q4_0(&q0[k], &q1[k], bq[(k) & 3], NG);                                       \
+        else                                                                               \
+            b_q8_0(&e0[k], &e1[k], bq[(k) & 3], NG);                                       \
+    } while (0)
+
+/* Block k's products into C tile CT, from A tile AT (the 16 tokens'
+ * codes, read in place) and B tile BT. */
+#define AMX_BLOCK(CT, AT, BT, k)                                                           \
+    do {                                                                                   \
+        AMX_ZERO(CT);                                                                      \
+        AMX_LOAD(AT, x + (size_t)(k) * sizeof(block_q8_0) + offsetof(block_q8_0, qs), xs);  \
+        AMX_LOAD(BT, bq[(k) & 3], 64);                                                     \
+        AMX_DPBSSD(CT, AT, BT);                                                            \
+    } while (0)
+
+/* One step of the pipeline at block j: build block j + 5's B, start block
+ * j + 3 on C tile (j + 3) % 4, take block j + 1's sums out of its C tile
+ * into cbuf[(j + 1) % 2], and run the float steps of block j from
+ * cbuf[j % 2] (stored one step earlier). A tile product takes several
+ * times its issue interval to finish and the tile unit runs in order, so
+ * a C tile is stored only two products after it was started. */
+#define AMX_PHASE(j, C3, A3, B3, C1)                                                       \
+    do {                                                                                   \
+        if ((j) >= nb) goto done;                                                          \
+        if ((j) + 5 < nb) AMX_BUILD((j) + 5);                                              \
+        if ((j) + 3 < nb) AMX_BLOCK(C3, A3, B3, (j) + 3);                                  \
+        if ((j) + 1 < nb) AMX_STORE(C1, cbuf[((j) + 1) & 1], 64);                          \
+        const __m512 dw_ = Q4 ? load_scales(q0[j].d, q1[j].d, NG)                          \
+                              : load_scales(e0[j].d, e1[j].d, NG);                         \
+        amx_steps(acc, cbuf[(j) & 1], dw_, x, xs, (j), NG);                                \
+    } while (0)
+
+/* NG groups (1 or 2) x 16 tokens of Q8_0 (Q4 == 0) or Q4_0 (Q4 == 1).
+ * Block k runs on C tile k % 4, A tile 4 + k % 2 and B tile 6 + k % 2. */
+X8_AVX512_INLINE void amx_tile(int64_t n, const void *w, size_t gs, const char *x, size_t xs,
+                               float *y, size_t ys, const int NG, const int Q4)
+{
+    const block_q8_0x8 *e0 = w;
+    const block_q8_0x8 *e1 = (const block_q8_0x8 *)((const char *)w + gs);
+    const block_q4_0x8 *q0 = w;
+    const block_q4_0x8 *q1 = (const block_q4_0x8 *)((const char *)w + gs);
+    const int64_t nb = n / TENSOR_QK;
+    alignas(64) int32_t cbuf[2][TENSOR_X8_AMX_T * 16];
+    alignas(64) int8_t bq[4][512];
+    __m512 acc[TENSOR_X8_AMX_T];
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < nb && k < 4; k++) AMX_BUILD(k);
+    amx_configure();
+    AMX_BLOCK(0, 4, 6, 0);
+    if (nb > 4) AMX_BUILD(4); /* into bq[0], which block 0's load has read */
+    if (nb > 1) AMX_BLOCK(1, 5, 7, 1);
+    if (nb > 2) AMX_BLOCK(2, 4, 6, 2);
+    AMX_STORE(0, cbuf[0], 64);
+    for (int64_t ib = 0; ib < nb; ib += 4) {
+        AMX_PHASE(ib, 3, 5, 7, 1);
+        AMX_PHASE(ib + 1, 0, 4, 6, 2);
+        AMX_PHASE(ib + 2, 1, 5, 7, 3);
+        AMX_PHASE(ib + 3, 2, 4, 6, 0);
+    }
+done:
+    amx_release();
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+/* The level's kernels take at most 8 tokens: fewer than 16 go to them in
+ * runs of 8. */
+#define AMX_SET(t, Q4)                                                                        \
+    X8_AVX512_TARGET void tensor_x8_##t##_amx(int64_t n, const void *w, const void *x,       \
+                                              size_t xs, float *y, size_t ys, int nt)        \
+    {                                                                                         \
+        if (nt == TENSOR_X8_AMX_T) {                                                          \
+            amx_tile(n, w, 0, x, xs, y, ys, 1, Q4);                                           \
+            return;                                                                           \
+        }                                                                                     \
+        for (int t0 = 0; t0 < nt; t0 += TENSOR_X8_AVX512_MAX_T) {                             \
+            int k = nt - t0 < TENSOR_X8_AVX512_MAX_T ? nt - t0 : TENSOR_X8_AVX512_MAX_T;      \
+            tensor_x8_##t##_avx512(n, w, (const char *)x + (size_t)t0 * xs, xs,               \
+                                   y + (size_t)t0 * ys, ys, k);                               \
+        }                                                                                     \
+    }                                                                                         \
+    X8_AVX512_TARGET void tensor_x8_##t##_amx_pair(int64_t n, const void *w, size_t gs,      \
+                                                   const void *x, size_t xs, float *y,       \
+                                                   size_t ys, int nt)                         \
+    {                                                                                         \
+        if (nt == TENSOR_X8_AMX_T) {                                                          \
+            amx_tile(n, w, gs, x, xs, y, ys, 2, Q4);                                          \
+            return;                                                                           \
+        }                                                                                     \
+        for (int t0 = 0; t0 < nt; t0 += TENSOR_X8_AVX512_MAX_T) {                             \
+            int k = nt - t0 < TENSOR_X8_AVX512_MAX_T ? nt - t0 : TENSOR_X8_AVX512_MAX_T;      \
+            tensor_x8_##t##_avx512_pair(n, w, gs, (const char *)x + (size_t)t0 * xs, xs,      \
+                                        y + (size_t)t0 * ys, ys, k);                          \
+        }                                                                                     \
+    }
+
+AMX_SET(q8_0, 0)
+AMX_SET(q4_0, 1)
+
+#endif /* __x86_64__ */
