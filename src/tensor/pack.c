@@ -109,7 +109,11 @@ const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type)
     static const tensor_x8_kernels q4_0 = {.one = tensor_x8_q4_0_amx,
                                            .pair = tensor_x8_q4_0_amx_pair,
                                            .max_t = TENSOR_X8_AMX_T};
+    static const tensor_x8_kernels q4_k = {.one = tensor_x8_q4_k_amx,
+                                           .pair = tensor_x8_q4_k_amx_pair,
+                                           .max_t = TENSOR_X8_AMX_T};
     if (!strata_cpu_amx()) return NULL;
+    if (type == STRATA_TYPE_Q4_K) return &q4_k;
     if (type == STRATA_TYPE_Q8_0) return &q8_0;
     if (type == STRATA_TYPE_Q4_0) return &q4_0;
 #else

@@ -1,4 +1,4 @@
-/* AMX kernels of the Q8_0 and Q4_0 x8 layouts: prefill tiles of 16 tokens
+/* AMX kernels of the Q8_0, Q4_0 and Q4_K x8 layouts: prefill tiles of 16 tokens
  * on Intel's tile unit (Sapphire Rapids and later), for the AVX512 level
  * where strata_cpu_amx() allows (pack_internal.h has the layouts and the
  * float steps every kernel follows).
@@ -23,8 +23,9 @@
  * k % 4, A tile 4 + k % 2 and B tile 6 + k % 2; its B is built two steps
  * before its product starts, the product two steps before C is stored, and
  * C one step before its float steps. Measured on a 2-core Xeon with AMX
- * (bench_matmul-style, one thread, in L2): about 1.3x the AVX-512 VNNI
- * pair kernel for Q8_0 and Q4_0.
+ * (one thread, 256 x 2048 matrix in L2, thread CPU time): about 1.25-1.3x
+ * the AVX-512 VNNI pair kernel for each of the three types. Q4_K (below)
+ * runs the same pipeline over its 32-element sub-blocks.
  *
  * Calls with fewer than 16 tokens go to the AVX512 kernels (same bits).
  * Each AMX call loads its tile configuration and releases the tile state
@@ -217,14 +218,138 @@ done:
     for (int t = 0; t < TENSOR_X8_AMX_T; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
+/* ------------------------------------------------------------ Q4_K */
+
+/* Q4_K (super-blocks of 256 = 8 sub-blocks of 32): sub-block k = 8 ib + s
+ * is one tile product, A the 16 tokens' Q8_K codes of the sub-block, B the
+ * pair's codes (0..15, widened from the nibbles as Q4_0's, without the
+ * offset), C the exact sums p_s of each (token, row) pair. After the 8
+ * sub-blocks of a super-block, per token: isum = sum_s sc_s * p_s (int32
+ * multiplies: |p_s| <= 32 * 15 * 128 = 61440, |isum| <= 8 * 63 * 61440 <
+ * 2^25), imin from the mins and the activation row's bsums as the AVX-512
+ * kernel computes it, and the reference's two float steps. */
+X8_AVX512_INLINE void b_q4_k(const uint8_t *q0, const uint8_t *q1, int8_t *b, const int NG)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int m = 0; m < 4; m++) {
+        const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+        _mm512_store_si512((void *)(b + 128 * m), _mm512_and_si512(q, m4));
+        _mm512_store_si512((void *)(b + 128 * m + 64),
+                           _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+    }
+}
+
+/* The per-token steps of super-block ib, its 8 sub-blocks' sums in cb[s]. */
+X8_AVX512_INLINE void amx_q4_k_steps(__m512 *acc, int32_t (*cb)[TENSOR_X8_AMX_T * 16],
+                                     const block_q4_kx8 *w0, const block_q4_kx8 *w1,
+                                     const char *x, size_t xs, int64_t ib, const int NG)
+{
+    __m512i sc[8];
+    for (int s = 0; s < 8; s++) {
+        __m128i sc8 = _mm_loadl_epi64((const __m128i *)(w0->sc + 8 * s));
+        if (NG == 2) sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(w1->sc + 8 * s)));
+        sc[s] = _mm512_cvtepu8_epi32(sc8);
+    }
+    __m512i mn16[4];
+    for (int p = 0; p < 4; p++) {
+        __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w0->mn + 16 * p)));
+        if (NG == 2)
+            m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(w1->mn + 16 * p)), 1);
+        mn16[p] = _mm512_cvtepu8_epi16(m8);
+    }
+    const __m512 dw = load_scales(w0->d, w1->d, NG);
+    const __m512 dmw = load_scales(w0->dmin, w1->dmin, NG);
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) {
+        const block_q8_k *xb = (const block_q8_k *)(x + (size_t)t * xs) + ib;
+        __m512i isum = _mm512_mullo_epi32(_mm512_load_si512((const void *)(cb[0] + 16 * t)), sc[0]);
+        for (int s = 1; s < 8; s++)
+            isum = _mm512_add_epi32(
+                isum, _mm512_mullo_epi32(_mm512_load_si512((const void *)(cb[s] + 16 * t)), sc[s]));
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                          _mm_loadu_si128((const __m128i *)xb->bsums + 1));
+        __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmw, dx), acc[t]);
+    }
+}
+
+/* Sub-block k's B into bq[k % 4] (prefetching the weights ahead). */
+#define Q4K_BUILD(k)                                                                       \
+    do {                                                                                   \
+        const int64_t ib_ = (k) / 8, s_ = (k) % 8;                                         \
+        const uint8_t *p0_ = w0[ib_].qs + 128 * s_, *p1_ = w1[ib_].qs + 128 * s_;          \
+        prefetch_lines(p0_, 128, 2 * sizeof(block_q4_kx8));                                \
+        if (NG == 2) prefetch_lines(p1_, 128, 2 * sizeof(block_q4_kx8));                   \
+        b_q4_k(p0_, p1_, bq[(k) & 3], NG);                                                 \
+    } while (0)
+
+#define Q4K_BLOCK(CT, AT, BT, k)                                                           \
+    do {                                                                                   \
+        AMX_ZERO(CT);                                                                      \
+        AMX_LOAD(AT, x + (size_t)((k) / 8) * sizeof(block_q8_k) + offsetof(block_q8_k, qs) + \
+                         32 * (size_t)((k) % 8), xs);                                      \
+        AMX_LOAD(BT, bq[(k) & 3], 64);                                                     \
+        AMX_DPBSSD(CT, AT, BT);                                                            \
+    } while (0)
+
+/* As AMX_PHASE over sub-blocks k = 8 ib + s: sums of sub-block k + 1 go to
+ * cbuf[(k + 1) / 8 % 2][(k + 1) % 8]; after the last sub-block of a
+ * super-block (all its sums stored one phase earlier), its token steps. */
+#define Q4K_PHASE(k, C3, A3, B3, C1)                                                       \
+    do {                                                                                   \
+        if ((k) >= nk) goto done;                                                          \
+        if ((k) + 5 < nk) Q4K_BUILD((k) + 5);                                              \
+        if ((k) + 3 < nk) Q4K_BLOCK(C3, A3, B3, (k) + 3);                                  \
+        if ((k) + 1 < nk) AMX_STORE(C1, cbuf[(((k) + 1) / 8) & 1][((k) + 1) % 8], 64);     \
+        if ((k) % 8 == 7)                                                                  \
+            amx_q4_k_steps(acc, cbuf[((k) / 8) & 1], &w0[(k) / 8], &w1[(k) / 8], x, xs,    \
+                           (k) / 8, NG);                                                   \
+    } while (0)
+
+X8_AVX512_INLINE void amx_q4_k(int64_t n, const void *w, size_t gs, const char *x, size_t xs,
+                               float *y, size_t ys, const int NG)
+{
+    const block_q4_kx8 *w0 = w;
+    const block_q4_kx8 *w1 = (const block_q4_kx8 *)((const char *)w + gs);
+    const int64_t nk = n / TENSOR_QK_K * 8; /* sub-blocks */
+    alignas(64) int32_t cbuf[2][8][TENSOR_X8_AMX_T * 16];
+    alignas(64) int8_t bq[4][512];
+    __m512 acc[TENSOR_X8_AMX_T];
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < 4; k++) Q4K_BUILD(k); /* nk >= 8 */
+    amx_configure();
+    Q4K_BLOCK(0, 4, 6, 0);
+    Q4K_BUILD(4);
+    Q4K_BLOCK(1, 5, 7, 1);
+    Q4K_BLOCK(2, 4, 6, 2);
+    AMX_STORE(0, cbuf[0][0], 64);
+    for (int64_t k = 0; k < nk; k += 8) {
+        Q4K_PHASE(k, 3, 5, 7, 1);
+        Q4K_PHASE(k + 1, 0, 4, 6, 2);
+        Q4K_PHASE(k + 2, 1, 5, 7, 3);
+        Q4K_PHASE(k + 3, 2, 4, 6, 0);
+        Q4K_PHASE(k + 4, 3, 5, 7, 1);
+        Q4K_PHASE(k + 5, 0, 4, 6, 2);
+        Q4K_PHASE(k + 6, 1, 5, 7, 3);
+        Q4K_PHASE(k + 7, 2, 4, 6, 0);
+    }
+done:
+    amx_release();
+    for (int t = 0; t < TENSOR_X8_AMX_T; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
 /* The level's kernels take at most 8 tokens: fewer than 16 go to them in
  * runs of 8. */
-#define AMX_SET(t, Q4)                                                                        \
+#define AMX_SET(t, ONE, PAIR)                                                                        \
     X8_AVX512_TARGET void tensor_x8_##t##_amx(int64_t n, const void *w, const void *x,       \
                                               size_t xs, float *y, size_t ys, int nt)        \
     {                                                                                         \
         if (nt == TENSOR_X8_AMX_T) {                                                          \
-            amx_tile(n, w, 0, x, xs, y, ys, 1, Q4);                                           \
+            ONE;                                           \
             return;                                                                           \
         }                                                                                     \
         for (int t0 = 0; t0 < nt; t0 += TENSOR_X8_AVX512_MAX_T) {                             \
@@ -238,7 +363,7 @@ done:
                                                    size_t ys, int nt)                         \
     {                                                                                         \
         if (nt == TENSOR_X8_AMX_T) {                                                          \
-            amx_tile(n, w, gs, x, xs, y, ys, 2, Q4);                                          \
+            PAIR;                                          \
             return;                                                                           \
         }                                                                                     \
         for (int t0 = 0; t0 < nt; t0 += TENSOR_X8_AVX512_MAX_T) {                             \
@@ -248,7 +373,8 @@ done:
         }                                                                                     \
     }
 
-AMX_SET(q8_0, 0)
-AMX_SET(q4_0, 1)
+AMX_SET(q8_0, amx_tile(n, w, 0, x, xs, y, ys, 1, 0), amx_tile(n, w, gs, x, xs, y, ys, 2, 0))
+AMX_SET(q4_0, amx_tile(n, w, 0, x, xs, y, ys, 1, 1), amx_tile(n, w, gs, x, xs, y, ys, 2, 1))
+AMX_SET(q4_k, amx_q4_k(n, w, 0, x, xs, y, ys, 1), amx_q4_k(n, w, gs, x, xs, y, ys, 2))
 
 #endif /* __x86_64__ */

@@ -283,7 +283,7 @@ TENSOR_X8_AVX512_DECL(q6_k);
 TENSOR_X8_AVX512_DECL(q5_k);   /* pack_q5_k.c */
 TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
 TENSOR_X8_AVX512_DECL(iq4_xs);
-/* AMX (pack_amx.c): Q8_0 and Q4_0, one group and pairs, up to
+/* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to
  * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
  * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */
 #define TENSOR_X8_AMX_T 16
@@ -294,6 +294,10 @@ void tensor_x8_q8_0_amx_pair(int64_t n, const void *w, size_t gs, const void *x,
 void tensor_x8_q4_0_amx(int64_t n, const void *w, const void *x, size_t xs, float *y,
                         size_t ys, int nt);
 void tensor_x8_q4_0_amx_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                             float *y, size_t ys, int nt);
+void tensor_x8_q4_k_amx(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                        size_t ys, int nt);
+void tensor_x8_q4_k_amx_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                              float *y, size_t ys, int nt);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
@@ -313,7 +317,7 @@ void tensor_x8_scalar32(int64_t n, const void *w, size_t block_bytes, tensor_x8_
  * NULL. For tests and benchmarks; tensor_matmul uses the process's level. */
 const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_level level);
 
-/* The AMX kernels of a plain type (Q8_0, Q4_0), or NULL: for the type,
+/* The AMX kernels of a plain type (Q8_0, Q4_0, Q4_K), or NULL: for the type,
  * or where strata_cpu_amx() is false. tensor_matmul takes them at the
  * AVX512 level for 16 tokens or more; their bits are that level's. */
 const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type);

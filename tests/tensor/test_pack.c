@@ -441,7 +441,7 @@ static void test_kernels_vs_reference(void **state)
                strata_simd_level_name((enum strata_simd_level)l));
 }
 
-/* The AMX kernels (Q8_0, Q4_0) where this CPU has the tile unit, against
+/* The AMX kernels (Q8_0, Q4_0, Q4_K) where this CPU has the tile unit, against
  * the reference bit for bit: 16 tokens (the tiles) at three token offsets
  * and the shorter calls they pass to the AVX-512 kernels, one group and
  * pairs, 1, 2, 3 and 5 blocks (the double-buffered block loop's even and
@@ -489,8 +489,8 @@ static void check_amx(uint32_t type, const tensor_x8_kernels *k, int64_t n, enum
 static void test_amx_kernels(void **state)
 {
     (void)state;
-    const uint32_t types[] = {STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_0};
-    for (size_t i = 0; i < 2; i++) {
+    const uint32_t types[] = {STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_0, STRATA_TYPE_Q4_K};
+    for (size_t i = 0; i < 3; i++) {
         const tensor_x8_kernels *k = tensor_x8_kernels_amx(types[i]);
         if (k == NULL) {
             printf("# AMX kernels skipped: this CPU (or STRATA_AMX=0, or STRATA_CPU) has no AMX\n");
@@ -498,7 +498,7 @@ static void test_amx_kernels(void **state)
         }
         assert_int_equal(k->max_t, TENSOR_X8_AMX_T);
         for (int nb = 1; nb <= 5; nb += nb == 3 ? 2 : 1) {
-            const int64_t n = TENSOR_QK * nb;
+            const int64_t n = (int64_t)tensor_x8_block_elems(types[i]) * nb;
             check_amx(types[i], k, n, FILL_RANDOM, false, 31 + i);
             check_amx(types[i], k, n, FILL_EXTREME, true, 32 + i);
             check_amx(types[i], k, n, FILL_ONES, true, 33 + i);
@@ -506,7 +506,7 @@ static void test_amx_kernels(void **state)
             check_amx(types[i], k, n, FILL_RANDOM, true, 35 + i);
         }
     }
-    assert_null(tensor_x8_kernels_amx(STRATA_TYPE_Q4_K));
+    assert_null(tensor_x8_kernels_amx(STRATA_TYPE_Q6_K));
 }
 
 /* The activation rows at every level against the scalar level's bytes:
