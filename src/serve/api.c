@@ -48,6 +48,40 @@ static size_t utf8_seq_len(const unsigned char *s)
     return n;
 }
 
+json_t *api_text_json(const char *s, size_t n)
+{
+    json_t *j = json_stringn(s != NULL ? s : "", s != NULL ? n : 0);
+    if (j != NULL || s == NULL) return j;
+    /* not UTF-8: each byte that does not start a whole valid sequence
+     * within the text becomes U+FFFD (3 bytes), so the copy is at most 3n */
+    char *buf = malloc(3 * n + 4); /* + room for utf8_seq_len's look-ahead */
+    if (buf == NULL) return NULL;
+    char *tmp = malloc(n + 4);
+    if (tmp == NULL) {
+        free(buf);
+        return NULL;
+    }
+    memcpy(tmp, s, n);
+    memset(tmp + n, 0, 4); /* a sequence cut by the end is not whole */
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = tmp[i] == '\0' ? 1 : utf8_seq_len((const unsigned char *)tmp + i);
+        if (len == 0 || i + len > n) {
+            memcpy(buf + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        } else {
+            memcpy(buf + k, tmp + i, len);
+            k += len;
+            i += len;
+        }
+    }
+    j = json_stringn(buf, k);
+    free(tmp);
+    free(buf);
+    return j;
+}
+
 /* An error message quotes what the client sent (a field's name, the JSON
  * parser's view of the bad spot) and is cut to the buffer, so it can hold
  * bytes that are not UTF-8, which JSON cannot carry: each such byte becomes
@@ -1246,18 +1280,18 @@ json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t s
             }
             json_t *content = api_blank(tp->content, tp->n_content)
                                   ? json_null()
-                                  : json_stringn(tp->content, tp->n_content);
+                                  : api_text_json(tp->content, tp->n_content);
             choice = json_pack("{s:I,s:{s:s,s:o,s:o},s:o,s:s}", "index", (json_int_t)i, "message",
                                "role", "assistant", "content", content, "tool_calls", calls,
                                "logprobs", lp, "finish_reason", "tool_calls");
         } else if (kind == API_CHAT) {
-            choice = json_pack("{s:I,s:{s:s,s:s%},s:o,s:s}", "index", (json_int_t)i, "message",
-                               "role", "assistant", "content", text, ch[i].n_text, "logprobs", lp,
-                               "finish_reason", ch[i].res->finish_reason);
+            choice = json_pack("{s:I,s:{s:s,s:o},s:o,s:s}", "index", (json_int_t)i, "message",
+                               "role", "assistant", "content", api_text_json(text, ch[i].n_text),
+                               "logprobs", lp, "finish_reason", ch[i].res->finish_reason);
         } else {
-            choice = json_pack("{s:I,s:s%,s:o,s:s}", "index", (json_int_t)i, "text", text,
-                               ch[i].n_text, "logprobs", lp, "finish_reason",
-                               ch[i].res->finish_reason);
+            choice = json_pack("{s:I,s:o,s:o,s:s}", "index", (json_int_t)i, "text",
+                               api_text_json(text, ch[i].n_text), "logprobs", lp,
+                               "finish_reason", ch[i].res->finish_reason);
         }
         if (n > 1) json_object_set_new(choice, "timings", api_timings(ch[i].res));
         json_array_append_new(choices, choice);
@@ -1287,13 +1321,13 @@ json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
         if (n_text > 0 || finish_reason == NULL) {
-            json_object_set_new(delta, "content", json_stringn(text ? text : "", n_text));
+            json_object_set_new(delta, "content", api_text_json(text, n_text));
         }
         choice = json_pack("{s:I,s:o,s:o,s:o}", "index", (json_int_t)index, "delta", delta,
                            "logprobs", lp, "finish_reason", fin);
     } else {
-        choice = json_pack("{s:I,s:s%,s:o,s:o}", "index", (json_int_t)index, "text",
-                           text ? text : "", n_text, "logprobs", lp, "finish_reason", fin);
+        choice = json_pack("{s:I,s:o,s:o,s:o}", "index", (json_int_t)index, "text",
+                           api_text_json(text, n_text), "logprobs", lp, "finish_reason", fin);
     }
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     return j;

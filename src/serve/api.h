@@ -218,6 +218,13 @@ void api_tool_call_id(char out[10], uint64_t serial, size_t index, size_t k);
  * an argument fragment {index, function: {arguments}}. */
 json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index, size_t k,
                               const char *name, const char *arguments);
+/* Generated text s[0..n) (NULL: "") as a JSON string (new reference; NULL
+ * only when out of memory). Text can hold bytes that are not UTF-8 (a
+ * byte token of a multi-byte character cut by max_tokens, a model's stray
+ * byte tokens), which JSON strings cannot carry: each byte that does not
+ * start a whole valid sequence becomes U+FFFD, as llama-server's JSON
+ * writer and Hugging Face's decode(errors="replace") do. */
+json_t *api_text_json(const char *s, size_t n);
 /* A text that is only whitespace (or empty). */
 bool api_blank(const char *s, size_t n);
 
