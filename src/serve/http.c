@@ -848,7 +848,7 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
 static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx *h, bool detok)
 {
     const char *endpoint = detok ? "/detokenize" : "/tokenize";
-    api_error e;
+    api_error e = {.status = 0};
     json_error_t je;
     json_t *o = json_loadb(h->body.data ? h->body.data : "", h->body.len, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(o)) {
@@ -894,12 +894,15 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
         } else if (tok_detokenize_alloc(s->cfg.voc, ids, n, 0, &text, &n_text, &err) != 0) {
             api_fail(&e, 400, "invalid_value", "cannot detokenize: %s", err.msg);
         } else {
-            out = json_pack("{s:s%}", "content", text, n_text);
+            /* a lone byte token is not UTF-8: U+FFFD, as in replies */
+            out = json_pack("{s:o}", "content", api_text_json(text, n_text));
         }
         free(text);
         free(ids);
     }
     json_decref(o);
+    if (out == NULL && e.status == 0) /* no error said: the reply could not be built */
+        api_fail(&e, 500, "server_error", "out of memory");
     if (out == NULL) return respond_error(s, c, endpoint, &e, 0);
     return respond_json(s, c, endpoint, 200, out);
 }

@@ -83,7 +83,8 @@ static void test_bodies_keep_the_choice(void **state)
 
 /* The real server and engine on golden phi3-F32 (512 tokens, many of them
  * single bytes): every response has its one choice with a text, streamed
- * or not, and the text the client reads is valid UTF-8 by construction. */
+ * or not, and the text the client reads is valid UTF-8 by construction;
+ * /detokenize likewise. */
 static void test_server_on_byte_tokens(void **state)
 {
     (void)state;
@@ -141,6 +142,17 @@ static void test_server_on_byte_tokens(void **state)
         http_response_free(&r);
     }
     print_message("%d of 4 replies held replaced bytes\n", with_fffd);
+    /* /detokenize of byte tokens that make no character (<0xE2> is id
+     * 3 + 0xE2 in this SentencePiece vocabulary): U+FFFD, not a dropped
+     * connection */
+    http_response r;
+    assert_int_equal(http_do(port, "POST", "/detokenize", "{\"tokens\":[229, 229]}", NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "content")), FFFD FFFD);
+    json_decref(j);
+    http_response_free(&r);
     st_stop(pid, log);
 }
 
