@@ -1,7 +1,7 @@
 /* tensor_matmul_tasks (matmul_tasks.h): several products in one dispatch.
  *
  *  (a) For packed (x8) and GGUF-layout weights of several types, five
- *      "experts" with 0, 1, 3, 9 and 2 tokens each (odd group counts, so
+ *      "experts" with 0, 1, 3, 19 and 2 tokens each (odd group counts, so
  *      pairs and lone groups), run as one task list at every level this CPU
  *      has, with 1 and 2 threads: each task's output has the bits of
  *      tensor_matmul_at_level for that matrix and its tokens alone. Packed
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #define N_EXP 5
-static const int64_t k_tokens[N_EXP] = {0, 1, 3, 9, 2};
+static const int64_t k_tokens[N_EXP] = {0, 1, 3, 19, 2};
 
 typedef struct case_type {
     uint32_t type;
@@ -81,7 +81,9 @@ static void check_case(const case_type *cs, strata_pool *pool2, uint64_t seed)
     void *xq[N_EXP];
     const size_t xs = tensor_matmul_act_row_bytes(type, n);
     assert_true(xs > 0);
-    void *scratch = malloc(tensor_matmul_scratch_bytes(type, n, 16) + 64);
+    int64_t max_tok = 1;
+    for (int e = 0; e < N_EXP; e++) max_tok = k_tokens[e] > max_tok ? k_tokens[e] : max_tok;
+    void *scratch = malloc(tensor_matmul_scratch_bytes(type, n, max_tok) + 64);
     assert_non_null(scratch);
     for (int e = 0; e < N_EXP; e++) {
         void *gguf_w = random_matrix(cs->type, n_rows, n, &rng);
