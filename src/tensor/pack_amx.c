@@ -99,8 +99,7 @@ static void amx_release(void)
 
 /* B for a pair of groups: row j (64 bytes) = elements 4j..4j+3 of group g's
  * 8 rows, then of group g + 1's (zero when NG == 1). Q8_0: the packed code
- * vectors side by side. Q4_0: row j from nibble (j odd: high) of
- * qs[32 (j / 2) ..], as q - 8. */
+ * vectors side by side. */
 X8_AVX512_INLINE void b_q8_0(const block_q8_0x8 *w0, const block_q8_0x8 *w1, int8_t *b,
                              const int NG)
 {
@@ -108,15 +107,17 @@ X8_AVX512_INLINE void b_q8_0(const block_q8_0x8 *w0, const block_q8_0x8 *w1, int
         _mm512_store_si512((void *)(b + 64 * j), load_pair256(w0->qs + 32 * j, w1->qs + 32 * j, NG));
 }
 
-X8_AVX512_INLINE void b_q4_0(const block_q4_0x8 *w0, const block_q4_0x8 *w1, int8_t *b,
-                             const int NG)
+/* Q4_0 and Q4_K: row j from nibble (j odd: high) of q[32 (j / 2) ..], less
+ * `offset` (Q4_0's 8; Q4_K's codes stay 0..15). */
+X8_AVX512_INLINE void b_nibbles(const uint8_t *q0, const uint8_t *q1, int8_t *b, const int offset,
+                                const int NG)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8((char)offset);
     for (int m = 0; m < 4; m++) {
-        const __m512i q = load_pair256(w0->qs + 32 * m, w1->qs + 32 * m, NG);
-        __m512i lo = _mm512_sub_epi8(_mm512_and_si512(q, m4), eight);
-        __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), eight);
-        if (NG == 1) { /* the absent group's codes must be 0, not -8 */
+        const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+        __m512i lo = _mm512_sub_epi8(_mm512_and_si512(q, m4), off);
+        __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), off);
+        if (NG == 1 && offset != 0) { /* the absent group's codes must be 0, not -offset */
             lo = _mm512_zextsi256_si512(_mm512_castsi512_si256(lo));
             hi = _mm512_zextsi256_si512(_mm512_castsi512_si256(hi));
         }
@@ -154,20 +155,25 @@ X8_AVX512_INLINE void amx_steps(__m512 *acc, const int32_t *cb, __m512 dw, const
             if (NG == 2) prefetch_lines(&e1[k], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD); \
         }                                                                                  \
         if (Q4)                                                                            \
-            b_q4_0(&q0[k], &q1[k], bq[(k) & 3], NG);                                       \
+            b_nibbles(q0[k].qs, q1[k].qs, bq[(k) & 3], 8, NG);                             \
         else                                                                               \
             b_q8_0(&e0[k], &e1[k], bq[(k) & 3], NG);                                       \
     } while (0)
 
-/* Block k's products into C tile CT, from A tile AT (the 16 tokens'
- * codes, read in place) and B tile BT. */
-#define AMX_BLOCK(CT, AT, BT, k)                                                           \
+/* A block's products into C tile CT, from A tile AT (the 16 tokens' codes
+ * at a, read in place, xs apart) and B tile BT (block k's, in bq[k % 4]). */
+#define AMX_BLOCK(CT, AT, BT, a, k)                                                        \
     do {                                                                                   \
         AMX_ZERO(CT);                                                                      \
-        AMX_LOAD(AT, x + (size_t)(k) * sizeof(block_q8_0) + offsetof(block_q8_0, qs), xs);  \
+        AMX_LOAD(AT, (a), xs);                                                             \
         AMX_LOAD(BT, bq[(k) & 3], 64);                                                     \
         AMX_DPBSSD(CT, AT, BT);                                                            \
     } while (0)
+
+/* Block k's codes in the activation rows: Q8_0 blocks, Q8_K sub-blocks. */
+#define Q8_0_CODES(k) (x + (size_t)(k) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
+#define Q8_K_CODES(k)                                                                      \
+    (x + (size_t)((k) / 8) * sizeof(block_q8_k) + offsetof(block_q8_k, qs) + 32 * (size_t)((k) % 8))
 
 /* One step of the pipeline at block j: build block j + 5's B, start block
  * j + 3 on C tile (j + 3) % 4, take block j + 1's sums out of its C tile
@@ -179,7 +185,7 @@ X8_AVX512_INLINE void amx_steps(__m512 *acc, const int32_t *cb, __m512 dw, const
     do {                                                                                   \
         if ((j) >= nb) goto done;                                                          \
         if ((j) + 5 < nb) AMX_BUILD((j) + 5);                                              \
-        if ((j) + 3 < nb) AMX_BLOCK(C3, A3, B3, (j) + 3);                                  \
+        if ((j) + 3 < nb) AMX_BLOCK(C3, A3, B3, Q8_0_CODES((j) + 3), (j) + 3);            \
         if ((j) + 1 < nb) AMX_STORE(C1, cbuf[((j) + 1) & 1], 64);                          \
         const __m512 dw_ = Q4 ? load_scales(q0[j].d, q1[j].d, NG)                          \
                               : load_scales(e0[j].d, e1[j].d, NG);                         \
@@ -202,10 +208,10 @@ X8_AVX512_INLINE void amx_tile(int64_t n, const void *w, size_t gs, const char *
     for (int t = 0; t < TENSOR_X8_AMX_T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t k = 0; k < nb && k < 4; k++) AMX_BUILD(k);
     amx_configure();
-    AMX_BLOCK(0, 4, 6, 0);
+    AMX_BLOCK(0, 4, 6, Q8_0_CODES(0), 0);
     if (nb > 4) AMX_BUILD(4); /* into bq[0], which block 0's load has read */
-    if (nb > 1) AMX_BLOCK(1, 5, 7, 1);
-    if (nb > 2) AMX_BLOCK(2, 4, 6, 2);
+    if (nb > 1) AMX_BLOCK(1, 5, 7, Q8_0_CODES(1), 1);
+    if (nb > 2) AMX_BLOCK(2, 4, 6, Q8_0_CODES(2), 2);
     AMX_STORE(0, cbuf[0], 64);
     for (int64_t ib = 0; ib < nb; ib += 4) {
         AMX_PHASE(ib, 3, 5, 7, 1);
@@ -228,35 +234,15 @@ done:
  * multiplies: |p_s| <= 32 * 15 * 128 = 61440, |isum| <= 8 * 63 * 61440 <
  * 2^25), imin from the mins and the activation row's bsums as the AVX-512
  * kernel computes it, and the reference's two float steps. */
-X8_AVX512_INLINE void b_q4_k(const uint8_t *q0, const uint8_t *q1, int8_t *b, const int NG)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int m = 0; m < 4; m++) {
-        const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
-        _mm512_store_si512((void *)(b + 128 * m), _mm512_and_si512(q, m4));
-        _mm512_store_si512((void *)(b + 128 * m + 64),
-                           _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-    }
-}
-
 /* The per-token steps of super-block ib, its 8 sub-blocks' sums in cb[s]. */
 X8_AVX512_INLINE void amx_q4_k_steps(__m512 *acc, int32_t (*cb)[TENSOR_X8_AMX_T * 16],
                                      const block_q4_kx8 *w0, const block_q4_kx8 *w1,
                                      const char *x, size_t xs, int64_t ib, const int NG)
 {
     __m512i sc[8];
-    for (int s = 0; s < 8; s++) {
-        __m128i sc8 = _mm_loadl_epi64((const __m128i *)(w0->sc + 8 * s));
-        if (NG == 2) sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(w1->sc + 8 * s)));
-        sc[s] = _mm512_cvtepu8_epi32(sc8);
-    }
+    for (int s = 0; s < 8; s++) sc[s] = q4_kx8_scales(w0, w1, s, NG);
     __m512i mn16[4];
-    for (int p = 0; p < 4; p++) {
-        __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w0->mn + 16 * p)));
-        if (NG == 2)
-            m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(w1->mn + 16 * p)), 1);
-        mn16[p] = _mm512_cvtepu8_epi16(m8);
-    }
+    q4_kx8_mins(w0, w1, mn16, NG);
     const __m512 dw = load_scales(w0->d, w1->d, NG);
     const __m512 dmw = load_scales(w0->dmin, w1->dmin, NG);
     for (int t = 0; t < TENSOR_X8_AMX_T; t++) {
@@ -265,12 +251,7 @@ X8_AVX512_INLINE void amx_q4_k_steps(__m512 *acc, int32_t (*cb)[TENSOR_X8_AMX_T 
         for (int s = 1; s < 8; s++)
             isum = _mm512_add_epi32(
                 isum, _mm512_mullo_epi32(_mm512_load_si512((const void *)(cb[s] + 16 * t)), sc[s]));
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
-                                          _mm_loadu_si128((const __m128i *)xb->bsums + 1));
-        __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
-        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
-        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
-        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+        const __m512i imin = q4_kx8_imin(mn16, xb->bsums);
         const __m512 dx = _mm512_set1_ps(xb->d);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[t]);
         acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmw, dx), acc[t]);
@@ -284,16 +265,7 @@ X8_AVX512_INLINE void amx_q4_k_steps(__m512 *acc, int32_t (*cb)[TENSOR_X8_AMX_T 
         const uint8_t *p0_ = w0[ib_].qs + 128 * s_, *p1_ = w1[ib_].qs + 128 * s_;          \
         prefetch_lines(p0_, 128, 2 * sizeof(block_q4_kx8));                                \
         if (NG == 2) prefetch_lines(p1_, 128, 2 * sizeof(block_q4_kx8));                   \
-        b_q4_k(p0_, p1_, bq[(k) & 3], NG);                                                 \
-    } while (0)
-
-#define Q4K_BLOCK(CT, AT, BT, k)                                                           \
-    do {                                                                                   \
-        AMX_ZERO(CT);                                                                      \
-        AMX_LOAD(AT, x + (size_t)((k) / 8) * sizeof(block_q8_k) + offsetof(block_q8_k, qs) + \
-                         32 * (size_t)((k) % 8), xs);                                      \
-        AMX_LOAD(BT, bq[(k) & 3], 64);                                                     \
-        AMX_DPBSSD(CT, AT, BT);                                                            \
+        b_nibbles(p0_, p1_, bq[(k) & 3], 0, NG);                                           \
     } while (0)
 
 /* As AMX_PHASE over sub-blocks k = 8 ib + s: sums of sub-block k + 1 go to
@@ -303,7 +275,7 @@ X8_AVX512_INLINE void amx_q4_k_steps(__m512 *acc, int32_t (*cb)[TENSOR_X8_AMX_T 
     do {                                                                                   \
         if ((k) >= nk) goto done;                                                          \
         if ((k) + 5 < nk) Q4K_BUILD((k) + 5);                                              \
-        if ((k) + 3 < nk) Q4K_BLOCK(C3, A3, B3, (k) + 3);                                  \
+        if ((k) + 3 < nk) AMX_BLOCK(C3, A3, B3, Q8_K_CODES((k) + 3), (k) + 3);            \
         if ((k) + 1 < nk) AMX_STORE(C1, cbuf[(((k) + 1) / 8) & 1][((k) + 1) % 8], 64);     \
         if ((k) % 8 == 7)                                                                  \
             amx_q4_k_steps(acc, cbuf[((k) / 8) & 1], &w0[(k) / 8], &w1[(k) / 8], x, xs,    \
@@ -322,10 +294,10 @@ X8_AVX512_INLINE void amx_q4_k(int64_t n, const void *w, size_t gs, const char *
     for (int t = 0; t < TENSOR_X8_AMX_T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t k = 0; k < 4; k++) Q4K_BUILD(k); /* nk >= 8 */
     amx_configure();
-    Q4K_BLOCK(0, 4, 6, 0);
+    AMX_BLOCK(0, 4, 6, Q8_K_CODES(0), 0);
     Q4K_BUILD(4);
-    Q4K_BLOCK(1, 5, 7, 1);
-    Q4K_BLOCK(2, 4, 6, 2);
+    AMX_BLOCK(1, 5, 7, Q8_K_CODES(1), 1);
+    AMX_BLOCK(2, 4, 6, Q8_K_CODES(2), 2);
     AMX_STORE(0, cbuf[0][0], 64);
     for (int64_t k = 0; k < nk; k += 8) {
         Q4K_PHASE(k, 3, 5, 7, 1);

@@ -163,10 +163,7 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
             prefetch_lines(q0, 128, Q4_KX8_PREFETCH);
             if (NG == 2) prefetch_lines(q1, 128, Q4_KX8_PREFETCH);
             /* lane r: sc[8 s + r] of its group */
-            __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * s));
-            if (NG == 2)
-                sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
-            const __m512i sc32 = _mm512_cvtepu8_epi32(sc8);
+            const __m512i sc32 = q4_kx8_scales(&b0[ib], &b1[ib], s, NG);
             const __m512i sc16 = _mm512_or_si512(sc32, _mm512_slli_epi32(sc32, 16));
             __m512i c[8];
             for (int m = 0; m < 4; m++) {
@@ -186,22 +183,11 @@ X8_AVX512_INLINE void q4_k_tile(int64_t n, const void *w, size_t gs, const void 
             }
         }
         __m512i mn16[4];
-        for (int p = 0; p < 4; p++) {
-            __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(b0[ib].mn + 16 * p)));
-            if (NG == 2)
-                m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(b1[ib].mn + 16 * p)), 1);
-            mn16[p] = _mm512_cvtepu8_epi16(m8);
-        }
+        q4_kx8_mins(&b0[ib], &b1[ib], mn16, NG);
         const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
         const __m512 dmw = load_scales(b0[ib].dmin, b1[ib].dmin, NG);
         for (int t = 0; t < NT; t++) {
-            /* S_0..S_7 as int16 in the low 128 bits */
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
-                                              _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
-            __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
-            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
-            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
-            imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            const __m512i imin = q4_kx8_imin(mn16, xb[t]->bsums);
             const __m512 dx = _mm512_set1_ps(xb[t]->d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
             /* fmaf(-(float)imin, dmin * dx, acc): negation is exact */

@@ -59,6 +59,43 @@ X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
         _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
 }
 
+/* Q4_K x8 (shared by the AVX-512 and AMX kernels): the 8 rows' 6-bit
+ * scales of sub-block s of each group as int32 lanes (lane r = row r). */
+X8_AVX512_INLINE __m512i q4_kx8_scales(const block_q4_kx8 *b0, const block_q4_kx8 *b1, int s,
+                                       const int NG)
+{
+    __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0->sc + 8 * s));
+    if (NG == 2) sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1->sc + 8 * s)));
+    return _mm512_cvtepu8_epi32(sc8);
+}
+
+/* The mins of a super-block widened to int16, mn16[p] the pairs of
+ * sub-blocks 2p, 2p + 1 (block_q4_kx8.mn's order). */
+X8_AVX512_INLINE void q4_kx8_mins(const block_q4_kx8 *b0, const block_q4_kx8 *b1,
+                                  __m512i mn16[4], const int NG)
+{
+    for (int p = 0; p < 4; p++) {
+        __m256i m8 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(b0->mn + 16 * p)));
+        if (NG == 2)
+            m8 = _mm256_inserti128_si256(m8, _mm_loadu_si128((const __m128i *)(b1->mn + 16 * p)), 1);
+        mn16[p] = _mm512_cvtepu8_epi16(m8);
+    }
+}
+
+/* imin = sum_s mn_s * S_s for one token, S_s the sum of its activation
+ * codes over sub-block s (bsums summed in pairs; |S_s| <= 4096 fits
+ * int16): madd of mn16[p] with the word (S_2p, S_2p+1) gives lane r =
+ * mn_2p * S_2p + mn_2p+1 * S_2p+1. */
+X8_AVX512_INLINE __m512i q4_kx8_imin(const __m512i mn16[4], const int16_t *bsums)
+{
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                      _mm_loadu_si128((const __m128i *)bsums + 1));
+    __m512i imin = _mm512_madd_epi16(mn16[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+    return _mm512_add_epi32(imin, _mm512_madd_epi16(mn16[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+}
+
 /* One instantiation per (groups, tokens) shape: NG and NT are constants in
  * each, so the accumulator arrays live in registers. X8_AVX512_SET_(t, one1)
  * runs `one1` for one group and one token (decode). */
