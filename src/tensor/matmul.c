@@ -398,15 +398,9 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
     size_t bytes = tensor_pack_bytes(type, n_rows, n_cols);
     if (bytes == 0) return STRATA_EINVAL;
     if (w == NULL || x == NULL || y == NULL || scratch == NULL) return STRATA_EINVAL;
-    const tensor_x8_kernels *k = NULL;
-    for (int l = (int)level; l >= STRATA_SIMD_SCALAR && k == NULL; l--)
-        k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
-    if (k == NULL) return STRATA_EUNSUPPORTED;
     /* prefill on AMX's tiles where the CPU has them (the same bits) */
-    const tensor_x8_kernels *k_amx =
-        level >= STRATA_SIMD_AVX512 && n_tok >= TENSOR_X8_AMX_T ? tensor_x8_kernels_amx(type)
-                                                                : NULL;
-    if (k_amx != NULL) k = k_amx;
+    const tensor_x8_kernels *k = tensor_x8_kernels_for(type, level, n_tok);
+    if (k == NULL) return STRATA_EUNSUPPORTED;
     x8_ctx c = {
         .k = k, .w = w, .n_groups = n_rows / TENSOR_X8_ROWS, .n_cols = n_cols,
         .n_tok = n_tok, .xq = scratch, .y = y,

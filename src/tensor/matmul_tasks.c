@@ -107,15 +107,10 @@ static int plan_task(const tensor_mm_task *t, enum strata_simd_level level, task
         const uint32_t base = t->type & ~TENSOR_PACKED;
         size_t bytes = tensor_pack_bytes(base, t->n_rows, t->n_cols);
         if (bytes == 0) return STRATA_EINVAL;
-        for (int l = (int)level; l >= STRATA_SIMD_SCALAR && p->x8 == NULL; l--)
-            p->x8 = tensor_x8_kernels_at(base, (enum strata_simd_level)l);
+        /* an expert with 16 tokens or more on AMX's tiles where the CPU
+         * has them, as tensor_matmul (the same bits) */
+        p->x8 = tensor_x8_kernels_for(base, level, t->n_tok);
         if (p->x8 == NULL) return STRATA_EUNSUPPORTED;
-        /* an expert with 16 tokens or more on AMX's tiles, as tensor_matmul
-         * does (the same bits) */
-        const tensor_x8_kernels *amx =
-            level >= STRATA_SIMD_AVX512 && t->n_tok >= TENSOR_X8_AMX_T ? tensor_x8_kernels_amx(base)
-                                                                       : NULL;
-        if (amx != NULL) p->x8 = amx;
         p->group_bytes = bytes / (size_t)(t->n_rows / TENSOR_X8_ROWS);
         p->unit_rows = TENSOR_X8_ROWS * (p->x8->pair != NULL && t->n_tok > 1 ? 2 : 1);
     } else {

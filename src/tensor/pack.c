@@ -122,6 +122,19 @@ const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type)
     return NULL;
 }
 
+const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_level level,
+                                               int64_t n_tok)
+{
+    if (level >= STRATA_SIMD_AVX512 && n_tok >= TENSOR_X8_AMX_T) {
+        const tensor_x8_kernels *amx = tensor_x8_kernels_amx(type);
+        if (amx != NULL) return amx;
+    }
+    const tensor_x8_kernels *k = NULL;
+    for (int l = (int)level; l >= STRATA_SIMD_SCALAR && k == NULL; l--)
+        k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
+    return k;
+}
+
 size_t tensor_x8_block_bytes(uint32_t type)
 {
     const x8_type *t = x8_lookup(type);

@@ -322,6 +322,14 @@ const tensor_x8_kernels *tensor_x8_kernels_at(uint32_t type, enum strata_simd_le
  * AVX512 level for 16 tokens or more; their bits are that level's. */
 const tensor_x8_kernels *tensor_x8_kernels_amx(uint32_t type);
 
+/* The kernels a product of n_tok tokens runs on at `level`: the AMX ones
+ * for 16 tokens or more at the AVX512 level where they exist, else the
+ * level's own or, where it has none, the highest lower level's. NULL for
+ * a type without an x8 layout. tensor_matmul and tensor_matmul_tasks both
+ * choose through it. */
+const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_level level,
+                                               int64_t n_tok);
+
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
  * F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
