@@ -20,10 +20,11 @@ static const char k_chatml[] =
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-/* Length of the valid UTF-8 sequence at s (NUL-terminated), or 0 when the
- * bytes there are not one (a stray continuation, a truncated or overlong
- * sequence, a surrogate, past U+10FFFF). */
-static size_t utf8_seq_len(const unsigned char *s)
+/* Length of the valid UTF-8 sequence at s, of which avail bytes may be
+ * read (avail >= 1), or 0 when the bytes there are not one (a stray
+ * continuation, a truncated or overlong sequence, a surrogate, past
+ * U+10FFFF). */
+static size_t utf8_seq_len(const unsigned char *s, size_t avail)
 {
     unsigned c = s[0];
     size_t n;
@@ -41,7 +42,7 @@ static size_t utf8_seq_len(const unsigned char *s)
     } else {
         return 0;
     }
-    if (s[1] < lo || s[1] > hi) return 0;
+    if (n > avail || s[1] < lo || s[1] > hi) return 0;
     for (size_t i = 2; i < n; i++) {
         if (s[i] < 0x80 || s[i] > 0xBF) return 0;
     }
@@ -54,30 +55,22 @@ json_t *api_text_json(const char *s, size_t n)
     if (j != NULL || s == NULL) return j;
     /* not UTF-8: each byte that does not start a whole valid sequence
      * within the text becomes U+FFFD (3 bytes), so the copy is at most 3n */
-    char *buf = malloc(3 * n + 4); /* + room for utf8_seq_len's look-ahead */
+    char *buf = malloc(3 * n + 1);
     if (buf == NULL) return NULL;
-    char *tmp = malloc(n + 4);
-    if (tmp == NULL) {
-        free(buf);
-        return NULL;
-    }
-    memcpy(tmp, s, n);
-    memset(tmp + n, 0, 4); /* a sequence cut by the end is not whole */
     size_t k = 0;
     for (size_t i = 0; i < n;) {
-        size_t len = tmp[i] == '\0' ? 1 : utf8_seq_len((const unsigned char *)tmp + i);
-        if (len == 0 || i + len > n) {
+        size_t len = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (len == 0) {
             memcpy(buf + k, "\xEF\xBF\xBD", 3);
             k += 3;
             i++;
         } else {
-            memcpy(buf + k, tmp + i, len);
+            memcpy(buf + k, s + i, len);
             k += len;
             i += len;
         }
     }
     j = json_stringn(buf, k);
-    free(tmp);
     free(buf);
     return j;
 }
@@ -88,8 +81,9 @@ json_t *api_text_json(const char *s, size_t n)
  * '?', so that every error still has a body. */
 static void utf8_sanitize(char *s)
 {
-    for (unsigned char *p = (unsigned char *)s; *p != '\0';) {
-        size_t n = utf8_seq_len(p);
+    const unsigned char *end = (unsigned char *)s + strlen(s);
+    for (unsigned char *p = (unsigned char *)s; p < end;) {
+        size_t n = utf8_seq_len(p, (size_t)(end - p));
         if (n == 0) {
             *p++ = '?';
         } else {
