@@ -366,23 +366,72 @@ static void check_block(uint32_t type, const char *what, int level, enum fill wf
         }
 }
 
+/* A random packed matrix of 24 rows (three groups) and n_tok activation
+ * rows for it. */
+typedef struct x8_case {
+    void *w;           /* the GGUF rows */
+    void *p;           /* packed */
+    char *x;           /* activation rows, xs bytes apart */
+    size_t xs, row_bytes, group_bytes;
+    int64_t n_rows;
+} x8_case;
+
+static x8_case x8_case_new(uint32_t type, int64_t n, int64_t n_tok, enum fill wf, bool x_extreme,
+                           uint64_t seed)
+{
+    x8_case c = {.n_rows = 24};
+    strata_rng rng;
+    strata_rng_seed(&rng, seed);
+    c.row_bytes = strata_type_row_bytes(type, n);
+    c.w = malloc(c.row_bytes * (size_t)c.n_rows);
+    assert_non_null(c.w);
+    fill_weights(type, c.w, c.n_rows, n, wf, &rng);
+    c.p = pack_new(type, c.w, c.n_rows, n);
+    c.x = make_act(type, n_tok, n, x_extreme, &rng, &c.xs);
+    c.group_bytes = tensor_pack_bytes(type, c.n_rows, n) / (size_t)(c.n_rows / 8);
+    return c;
+}
+
+static void x8_case_free(x8_case *c)
+{
+    free(c->x);
+    free(c->p);
+    free(c->w);
+}
+
+/* One call of k->one on every group of the packed matrix p and of k->pair
+ * on every adjacent pair, for the nt tokens from t0, each checked against
+ * the reference (the pair with a row stride of 17, whose gap it must leave
+ * alone). `what` names the kernels in failures. */
+static void check_calls(uint32_t type, const tensor_x8_kernels *k, const char *what, int level,
+                        enum fill wf, int nt, int64_t t0, const void *w, size_t row_bytes,
+                        const void *p, size_t group_bytes, int64_t n_rows, const char *x,
+                        size_t xs, int64_t n)
+{
+    char what_pair[32];
+    snprintf(what_pair, sizeof(what_pair), "%s pair", what);
+    const char *xt = x + (size_t)t0 * xs;
+    for (int64_t g = 0; g < n_rows / 8; g++) {
+        float y[TENSOR_X8_AMX_T * 8];
+        k->one(n, (const char *)p + (size_t)g * group_bytes, xt, xs, y, 8, nt);
+        check_block(type, what, level, wf, nt, w, row_bytes, 8 * g, 8, x, xs, t0, n, y, 8);
+        if (k->pair == NULL || g + 1 >= n_rows / 8) continue;
+        float y2[TENSOR_X8_AMX_T * 17];
+        for (size_t i = 0; i < sizeof y2 / sizeof y2[0]; i++) y2[i] = -1.0f;
+        k->pair(n, (const char *)p + (size_t)g * group_bytes, group_bytes, xt, xs, y2, 17, nt);
+        check_block(type, what_pair, level, wf, nt, w, row_bytes, 8 * g, 16, x, xs, t0, n, y2,
+                    17);
+        for (int t = 0; t < nt; t++) assert_true(y2[17 * t + 16] == -1.0f);
+    }
+}
+
 /* Three groups, so that pair kernels run on both adjacent pairs and a
  * one-group kernel on every group; every nt the level takes, at every
  * token offset. */
 static void check_kernels(uint32_t type, int64_t n, enum fill wf, bool x_extreme, uint64_t seed)
 {
-    strata_rng rng;
-    strata_rng_seed(&rng, seed);
-    const int64_t n_rows = 24, n_tok = TENSOR_X8_MAX_T + 1;
-    size_t row_bytes = strata_type_row_bytes(type, n);
-    void *w = malloc(row_bytes * (size_t)n_rows);
-    assert_non_null(w);
-    fill_weights(type, w, n_rows, n, wf, &rng);
-    void *p = pack_new(type, w, n_rows, n);
-    size_t xs;
-    char *x = make_act(type, n_tok, n, x_extreme, &rng, &xs);
-    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
-
+    const int64_t n_tok = TENSOR_X8_MAX_T + 1;
+    x8_case c = x8_case_new(type, n, n_tok, wf, x_extreme, seed);
     int checked = 0;
     for (int l = 0; l < n_levels(); l++) {
         const tensor_x8_kernels *k = tensor_x8_kernels_at(type, (enum strata_simd_level)l);
@@ -390,30 +439,13 @@ static void check_kernels(uint32_t type, int64_t n, enum fill wf, bool x_extreme
         assert_true(k->max_t >= 1 && k->max_t <= TENSOR_X8_MAX_T);
         for (int nt = 1; nt <= k->max_t; nt++)
             for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
-                const char *xt = x + (size_t)t0 * xs;
-                for (int64_t g = 0; g < n_rows / 8; g++) {
-                    float y[TENSOR_X8_MAX_T * 8];
-                    k->one(n, (const char *)p + (size_t)g * group_bytes, xt, xs, y, 8, nt);
-                    check_block(type, "one", l, wf, nt, w, row_bytes, 8 * g, 8, x, xs, t0, n, y,
-                                8);
-                    checked++;
-                    if (k->pair == NULL || g + 1 >= n_rows / 8) continue;
-                    float y2[TENSOR_X8_MAX_T * 16 + 16];
-                    /* ys of 17: the kernel writes 16 rows and leaves the gap */
-                    for (size_t i = 0; i < sizeof y2 / sizeof y2[0]; i++) y2[i] = -1.0f;
-                    k->pair(n, (const char *)p + (size_t)g * group_bytes, group_bytes, xt, xs, y2,
-                            17, nt);
-                    check_block(type, "pair", l, wf, nt, w, row_bytes, 8 * g, 16, x, xs, t0, n,
-                                y2, 17);
-                    for (int t = 0; t < nt; t++) assert_true(y2[17 * t + 16] == -1.0f);
-                    checked++;
-                }
+                check_calls(type, k, "x8", l, wf, nt, t0, c.w, c.row_bytes, c.p, c.group_bytes,
+                            c.n_rows, c.x, c.xs, n);
+                checked++;
             }
     }
     assert_true(checked > 0);
-    free(x);
-    free(p);
-    free(w);
+    x8_case_free(&c);
 }
 
 static void test_kernels_vs_reference(void **state)
@@ -449,41 +481,14 @@ static void test_kernels_vs_reference(void **state)
 static void check_amx(uint32_t type, const tensor_x8_kernels *k, int64_t n, enum fill wf,
                       bool x_extreme, uint64_t seed)
 {
-    strata_rng rng;
-    strata_rng_seed(&rng, seed);
-    const int64_t n_rows = 24, n_tok = TENSOR_X8_AMX_T + 2;
-    size_t row_bytes = strata_type_row_bytes(type, n);
-    void *w = malloc(row_bytes * (size_t)n_rows);
-    assert_non_null(w);
-    fill_weights(type, w, n_rows, n, wf, &rng);
-    void *p = pack_new(type, w, n_rows, n);
-    size_t xs;
-    char *x = make_act(type, n_tok, n, x_extreme, &rng, &xs);
-    const size_t group_bytes = tensor_pack_bytes(type, n_rows, n) / (size_t)(n_rows / 8);
+    const int64_t n_tok = TENSOR_X8_AMX_T + 2;
+    x8_case c = x8_case_new(type, n, n_tok, wf, x_extreme, seed);
     static const int nts[] = {TENSOR_X8_AMX_T, 1, 8, 9, TENSOR_X8_AMX_T - 1};
-    for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
-        const int nt = nts[i];
-        for (int64_t t0 = 0; t0 + nt <= n_tok; t0++) {
-            const char *xt = x + (size_t)t0 * xs;
-            for (int64_t g = 0; g < n_rows / 8; g++) {
-                float y[TENSOR_X8_AMX_T * 8];
-                k->one(n, (const char *)p + (size_t)g * group_bytes, xt, xs, y, 8, nt);
-                check_block(type, "amx one", STRATA_SIMD_AVX512, wf, nt, w, row_bytes, 8 * g, 8,
-                            x, xs, t0, n, y, 8);
-                if (g + 1 >= n_rows / 8) continue;
-                float y2[TENSOR_X8_AMX_T * 17];
-                for (size_t j = 0; j < sizeof y2 / sizeof y2[0]; j++) y2[j] = -1.0f;
-                k->pair(n, (const char *)p + (size_t)g * group_bytes, group_bytes, xt, xs, y2, 17,
-                        nt);
-                check_block(type, "amx pair", STRATA_SIMD_AVX512, wf, nt, w, row_bytes, 8 * g, 16,
-                            x, xs, t0, n, y2, 17);
-                for (int t = 0; t < nt; t++) assert_true(y2[17 * t + 16] == -1.0f);
-            }
-        }
-    }
-    free(x);
-    free(p);
-    free(w);
+    for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++)
+        for (int64_t t0 = 0; t0 + nts[i] <= n_tok; t0++)
+            check_calls(type, k, "amx", STRATA_SIMD_AVX512, wf, nts[i], t0, c.w, c.row_bytes,
+                        c.p, c.group_bytes, c.n_rows, c.x, c.xs, n);
+    x8_case_free(&c);
 }
 
 static void test_amx_kernels(void **state)
