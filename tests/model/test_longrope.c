@@ -101,34 +101,6 @@ static const char *longrope_file(bool partial)
     return out;
 }
 
-static int32_t *seq1(int64_t *n)
-{
-    char path[4096];
-    if (testdata_path(path, sizeof(path), "golden/sequences.json") == NULL) return NULL;
-    size_t size;
-    char *text = testdata_read_file(path, &size);
-    assert_non_null(text);
-    char *z = realloc(text, size + 1);
-    z[size] = '\0';
-    const char *p = strstr(z, "\"seq1\"");
-    assert_non_null(p);
-    p = strchr(p, '[');
-    assert_non_null(p);
-    int32_t *ids = malloc(N_POS * sizeof(int32_t));
-    int64_t k = 0;
-    for (p++; k < N_POS;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        ids[k++] = (int32_t)v;
-        p = end;
-        while (*p == ',' || *p == ' ' || *p == '\n') p++;
-    }
-    free(z);
-    *n = k;
-    return ids;
-}
-
 /* Strata's logits of seq1 on file with a context of n_ctx (n_ctx_seq as
  * model_ctx_params takes it; 0: n_ctx). */
 static float *run_seq1(const char *file, int64_t n_ctx, int64_t n_ctx_seq)
@@ -136,8 +108,11 @@ static float *run_seq1(const char *file, int64_t n_ctx, int64_t n_ctx_seq)
     model *m = NULL;
     strata_err err;
     if (model_open(&m, file, &err) != 0) fail_msg("loading %s: %s", file, err.msg);
+    char path[4096];
+    if (testdata_path(path, sizeof(path), "golden/seq1.txt") == NULL) fail_msg("no golden/seq1.txt");
     int64_t n = 0;
-    int32_t *ids = seq1(&n);
+    int32_t *ids = mt_read_ids(path, &n);
+    assert_non_null(ids);
     assert_int_equal(n, N_POS);
     model_ctx_params p = {.n_ctx = n_ctx, .n_seq_max = 1, .n_ctx_seq = n_ctx_seq, .n_threads = 2};
     model_ctx *ctx = NULL;
@@ -184,6 +159,15 @@ static void expect_close(const char *what, const float *ours, const float *ref)
     if (!(d <= TOL)) fail_msg("%s: %.3e over the tolerance %.0e", what, d, TOL);
 }
 
+/* Runs seq1 as run_seq1 does and compares with ref. */
+static void expect_run(const char *what, const char *file, int64_t n_ctx, int64_t n_ctx_seq,
+                       const float *ref)
+{
+    float *ours = run_seq1(file, n_ctx, n_ctx_seq);
+    expect_close(what, ours, ref);
+    free(ours);
+}
+
 #define REQUIRE_FILE(var, partial)                                                 \
     do {                                                                           \
         TESTDATA_REQUIRE();                                                        \
@@ -201,13 +185,9 @@ static void test_short_factors(void **state)
     const char *file;
     REQUIRE_FILE(file, false);
     float *ref = read_ref("phi3-longrope-short.seq1.logits.f32");
-    float *ours = run_seq1(file, 512, 0);
-    expect_close("short factors, context 512", ours, ref);
-    free(ours);
+    expect_run("short factors, context 512", file, 512, 0, ref);
     /* the pool may be large; what counts is the longest sequence */
-    ours = run_seq1(file, 8192, 512);
-    expect_close("short factors, pool 8192, context 512 per sequence", ours, ref);
-    free(ours);
+    expect_run("short factors, pool 8192, context 512 per sequence", file, 8192, 512, ref);
     free(ref);
 }
 
@@ -227,9 +207,7 @@ static void test_long_factors(void **state)
     expect_close("long factors, context 8192", ours, ref);
     assert_true(rel_diff(ours, ref_short) > 10 * TOL);
     free(ours);
-    ours = run_seq1(file, 4097, 0);
-    expect_close("long factors, context 4097", ours, ref);
-    free(ours);
+    expect_run("long factors, context 4097", file, 4097, 0, ref);
     free(ref_short);
     free(ref);
 }
@@ -241,9 +219,7 @@ static void test_partial_rotary(void **state)
     const char *file;
     REQUIRE_FILE(file, true);
     float *ref = read_ref("phi3-longrope-partial.seq1.logits.f32");
-    float *ours = run_seq1(file, 8192, 0);
-    expect_close("long factors over 32 of 64 dims", ours, ref);
-    free(ours);
+    expect_run("long factors over 32 of 64 dims", file, 8192, 0, ref);
     free(ref);
 }
 
