@@ -54,6 +54,8 @@ static const uint32_t k_types[] = {
     STRATA_TYPE_F32,  STRATA_TYPE_F16,  STRATA_TYPE_BF16, STRATA_TYPE_Q4_0,   STRATA_TYPE_Q4_1,
     STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q2_K,   STRATA_TYPE_Q3_K,
     STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS,
+    STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS,
+    STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -319,8 +321,48 @@ static double measure_peak(strata_pool *pool, int kind)
 
 /* --- weights --- */
 
+/* The 1-3 bit IQ types have no quantizer here: their rows are random
+ * codes, each block's leading f16 scale (IQ1_M: spread over its scales)
+ * set to 1/64 so that no sum overflows to inf or NaN. */
+static bool random_codes(uint32_t type)
+{
+    switch (type) {
+    case STRATA_TYPE_IQ2_XXS:
+    case STRATA_TYPE_IQ2_XS:
+    case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ3_XXS:
+    case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ1_S:
+    case STRATA_TYPE_IQ1_M: return true;
+    default: return false;
+    }
+}
+
+static void fill_random_codes(uint32_t type, char *row, size_t rb, int64_t n_cols, uint64_t *s)
+{
+    for (size_t i = 0; i < rb; i++) {
+        *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+        row[i] = (char)(*s >> 56);
+    }
+    const size_t bb = rb / (size_t)(n_cols / 256);
+    for (size_t b = 0; b < rb; b += bb) {
+        const uint16_t d = 0x2400; /* 1/64 */
+        if (type == STRATA_TYPE_IQ1_M) { /* d's nibbles top each 16-bit scale word */
+            for (int k = 0; k < 4; k++) {
+                uint16_t v;
+                memcpy(&v, row + b + bb - 8 + 2 * k, 2);
+                v = (uint16_t)((v & 0x0fff) | (((d >> (4 * k)) & 15) << 12));
+                memcpy(row + b + bb - 8 + 2 * k, &v, 2);
+            }
+        } else {
+            memcpy(row + b, &d, 2);
+        }
+    }
+}
+
 /* A (n_rows, n_cols) matrix of `type`: 64 distinct quantized rows of
- * Gaussian values, repeated (speed does not depend on the values). */
+ * Gaussian values (random codes where the type has no quantizer),
+ * repeated (speed does not depend on the values). */
 static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n_cols)
 {
     size_t rb = strata_type_row_bytes(type, n_cols);
@@ -328,7 +370,9 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n_cols)
     if (!f) abort();
     uint64_t s = 12345;
     for (int64_t r = 0; r < n_rows; r++) {
-        if (r < 64) {
+        if (r < 64 && random_codes(type)) {
+            fill_random_codes(type, (char *)w + (size_t)r * rb, rb, n_cols, &s);
+        } else if (r < 64) {
             for (int64_t c = 0; c < n_cols; c++) {
                 s = s * 6364136223846793005ULL + 1442695040888963407ULL;
                 f[c] = ((float)(s >> 40) / 16777216.0f - 0.5f) * 0.1f;

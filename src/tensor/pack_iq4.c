@@ -1,5 +1,5 @@
-/* IQ4_NL x8 and IQ4_XS x8: the packers and the kernels at every level
- * (pack_internal.h has the layouts and the float steps).
+/* IQ4_NL x8, IQ4_XS x8 and the IQ3 x8 layouts: the packers and the kernels
+ * at every level (pack_internal.h has the layouts and the float steps).
  *
  * Both types store 4-bit indices into one fixed table of 16 int8 values
  * (tensor_iq4nl_values). The packed layouts keep the indices, interleaved
@@ -7,8 +7,19 @@
  * into values with one byte shuffle of the table. IQ4_NL's activations are
  * Q8_0 rows with the -128 sums (as Q8_0's: the AVX-512 kernel adds 128 to
  * the values to make them VPDPBUSD's unsigned operand); IQ4_XS's are Q8_K
- * rows, whose bsums take the same offset off per sub-block. */
+ * rows, whose bsums take the same offset off per sub-block.
+ *
+ * IQ3_XXS and IQ3_S decode each group of 4 weights through a codebook of
+ * 256 or 512 entries (a gather per 8 entries), which bound their GGUF
+ * layout's matrix x vector to about a tenth of the memory's rate. Their
+ * weights take only 16 values (8 magnitudes, each sign), and their scales
+ * are per 32 elements, so their x8 layout is IQ4_XS x8's with the type's
+ * own 16-value table: a byte shuffle decodes them as it decodes IQ4_XS.
+ * The layout holds 4.3 bits per weight against the file's 3.1 (IQ3_XXS)
+ * and 3.4 (IQ3_S). */
+#include "gguf/types.h"
 #include "tensor/fp16.h"
+#include "tensor/iq_internal.h"
 #include "tensor/pack_internal.h"
 
 #if defined(__x86_64__)
@@ -148,10 +159,66 @@ void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst)
     }
 }
 
+/* ------------------------------------------------------------ IQ3 */
+
+/* The 16 values of the IQ3 x8 layouts: index k = magnitude (k & 7) and
+ * sign (k & 8) of the type's codebook bytes. */
+const int8_t tensor_iq3s_x8_values[16] = {1,  3,  5,  7,  9,   11,  13,  15,
+                                          -1, -3, -5, -7, -9, -11, -13, -15};
+const int8_t tensor_iq3xxs_x8_values[16] = {4,  12,  20,  28,  36,  44,  52,  62,
+                                            -4, -12, -20, -28, -36, -44, -52, -62};
+
+/* The IQ4_XS x8 block from 8 rows of an IQ type whose every weight is one
+ * of `table`'s values and whose 16-element sub-blocks share their scale in
+ * pairs (true of every IQ3_XXS and IQ3_S block; false makes the caller
+ * keep the file's layout). */
+static bool pack_iq_table(uint32_t type, const int8_t table[16], const void *src,
+                          size_t src_row_bytes, int64_t n, void *dst)
+{
+    const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
+    block_iq4_xsx8 *out = dst;
+    tensor_iq_decoded dec;
+    int8_t index[256]; /* value (as a byte) -> its index in the table, or -1 */
+    memset(index, -1, sizeof index);
+    for (int k = 0; k < 16; k++) index[(uint8_t)table[k]] = (int8_t)k;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        block_iq4_xsx8 *o = &out[ib];
+        for (int r = 0; r < 8; r++) {
+            const char *blk = (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb;
+            tensor_iq_decode(type, blk, &dec);
+            memcpy(&o->d[r], blk, sizeof o->d[r]); /* d leads both block types */
+            for (int s = 0; s < 8; s++) {
+                if (dec.ls[2 * s] != dec.ls[2 * s + 1]) return false;
+                o->sc[8 * s + r] = dec.ls[2 * s];
+                const int8_t *q = dec.q + 32 * s;
+                for (int m = 0; m < 4; m++)
+                    for (int e = 0; e < 4; e++) {
+                        const int lo = index[(uint8_t)q[x8_elem(2 * m, e)]];
+                        const int hi = index[(uint8_t)q[x8_elem(2 * m + 1, e)]];
+                        if (lo < 0 || hi < 0) return false;
+                        o->qs[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
+                    }
+            }
+        }
+    }
+    return true;
+}
+
+bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ3_XXS, tensor_iq3xxs_x8_values, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ3_S, tensor_iq3s_x8_values, src, src_row_bytes, n, dst);
+}
+
 /* The reference: pack_internal.h's float steps, one (row, token) pair at a
- * time, the integer sums element by element. */
-void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                             size_t ys, int nt)
+ * time, the integer sums element by element; IQ4_XS x8 blocks with the
+ * values of `table` and the factor f (1 for IQ4_XS: the same bits). */
+static void iq_table_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt, const int8_t table[16], float f)
 {
     const block_iq4_xsx8 *wb = w;
     const int64_t nb = n / TENSOR_QK_K;
@@ -166,16 +233,34 @@ void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs,
                     int32_t part = 0;
                     for (int j = 0; j < 8; j++)
                         for (int e = 0; e < 4; e++)
-                            part += tensor_iq4nl_values[x8_code(b->qs + 128 * s, j, r, e)] *
+                            part += table[x8_code(b->qs + 128 * s, j, r, e)] *
                                     xb[ib].qs[32 * s + x8_elem(j, e)];
                     isum += b->sc[8 * s + r] * part;
                 }
-                float dd = tensor_f16_to_f32(b->d[r]) * xb[ib].d;
+                float dd = (tensor_f16_to_f32(b->d[r]) * xb[ib].d) * f;
                 acc[r] = fmaf((float)isum, dd, acc[r]);
             }
         }
         for (int r = 0; r < 8; r++) y[(size_t)t * ys + r] = acc[r];
     }
+}
+
+void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq4nl_values, 1.0f);
+}
+
+void tensor_x8_iq3_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                              size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3xxs_x8_values, 0.25f);
+}
+
+void tensor_x8_iq3_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3s_x8_values, 1.0f);
 }
 
 #if defined(__x86_64__)
@@ -254,13 +339,13 @@ TENSOR_AVX2_TARGET void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const vo
  * [-32, 31], sign-extended) adds sc * (4 products) in int32 at once.
  * |isum| <= 256 * 32 * 128 * 127 < 2^28. */
 TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, size_t xs,
-                                      float *y, size_t ys, const int NT)
+                                      float *y, size_t ys, const int NT,
+                                      const int8_t values[16], const float f)
 {
     const block_iq4_xsx8 *wb = w;
     const int64_t nb = n / TENSOR_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i table =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)values));
     /* scale byte r (of 8, broadcast to each 64-bit lane) to the high byte
      * of int16 lanes 2r, 2r+1; an arithmetic shift then sign-extends it */
     const __m256i sc_hi = _mm256_setr_epi8(
@@ -303,30 +388,37 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
         for (int t = 0; t < NT; t++) {
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d));
+            if (f != 1.0f) dd = _mm256_mul_ps(dd, _mm256_set1_ps(f));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
         }
     }
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-TENSOR_AVX2_TARGET void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x,
-                                              size_t xs, float *y, size_t ys, int nt)
-{
-    switch (nt) {
-    case 1: iq4_xsx8_tile(n, w, x, xs, y, ys, 1); break;
-    case 2: iq4_xsx8_tile(n, w, x, xs, y, ys, 2); break;
-    case 3: iq4_xsx8_tile(n, w, x, xs, y, ys, 3); break;
-    default: iq4_xsx8_tile(n, w, x, xs, y, ys, 4); break;
+#define IQ_TABLE_AVX2(name, values, f)                                                        \
+    TENSOR_AVX2_TARGET void tensor_x8_##name##_avx2(int64_t n, const void *w, const void *x,  \
+                                                    size_t xs, float *y, size_t ys, int nt)   \
+    {                                                                                         \
+        switch (nt) {                                                                         \
+        case 1: iq4_xsx8_tile(n, w, x, xs, y, ys, 1, values, f); break;                       \
+        case 2: iq4_xsx8_tile(n, w, x, xs, y, ys, 2, values, f); break;                       \
+        case 3: iq4_xsx8_tile(n, w, x, xs, y, ys, 3, values, f); break;                       \
+        default: iq4_xsx8_tile(n, w, x, xs, y, ys, 4, values, f); break;                      \
+        }                                                                                     \
     }
-}
+
+IQ_TABLE_AVX2(iq4_xs, tensor_iq4nl_values, 1.0f)
+IQ_TABLE_AVX2(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
+IQ_TABLE_AVX2(iq3_s, tensor_iq3s_x8_values, 1.0f)
 
 /* ------------------------------------------------------------ AVX-512 */
 
-/* The table plus 128 (1..241): VPDPBUSD's unsigned operand. */
-X8_AVX512_INLINE __m512i iq4_table_u8(void)
+/* A table of values plus 128 (IQ4_NL's: 1..241): VPDPBUSD's unsigned
+ * operand. */
+X8_AVX512_INLINE __m512i iq4_table_u8(const int8_t values[16])
 {
-    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values),
+    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)values),
                                    _mm_set1_epi8((char)0x80));
     return _mm512_broadcast_i32x4(t);
 }
@@ -342,7 +434,7 @@ X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const voi
     const block_iq4_nlx8 *b1 = (const block_iq4_nlx8 *)((const char *)w + gs);
     const int64_t nb = n / TENSOR_QK;
     const size_t sums_off = tensor_x8_sums_offset(n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8(tensor_iq4nl_values);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -379,14 +471,17 @@ X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const voi
  * super-block: isum = sum_s sc_s p_s - 128 * sum_s sc_s S_s, S_s the
  * sub-block sums of the activations (from the bsums, |S_s| <= 4096, int16),
  * by madd of the scales in pairs (int16 lanes 2r, 2r+1 = sub-blocks 2p,
- * 2p+1 of row r) with the word (S_2p, S_2p+1): |sum_s sc_s S_s| < 2^21. */
-X8_AVX512_INLINE void iq4_xs_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
-                                  float *y, size_t ys, const int NG, const int NT)
+ * 2p+1 of row r) with the word (S_2p, S_2p+1): |sum_s sc_s S_s| < 2^21.
+ * The IQ3 layouts run the same steps on their tables (values + 128 in
+ * 66..190, scales 1..31: smaller bounds) and their factor f. */
+X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const void *x,
+                                    size_t xs, float *y, size_t ys, const int NG, const int NT,
+                                    const int8_t values[16], const float f)
 {
     const block_iq4_xsx8 *b0 = w;
     const block_iq4_xsx8 *b1 = (const block_iq4_xsx8 *)((const char *)w + gs);
     const int64_t nb = n / TENSOR_QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8(values);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -446,14 +541,29 @@ X8_AVX512_INLINE void iq4_xs_tile(int64_t n, const void *w, size_t gs, const voi
             off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
             off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
             const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 7));
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
+            __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
+            if (f != 1.0f) dd = _mm512_mul_ps(dd, _mm512_set1_ps(f));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[t]);
         }
     }
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
+#define IQ_TABLE_TILE(name, values, f)                                                         \
+    X8_AVX512_INLINE void name##_tile(int64_t n, const void *w, size_t gs, const void *x,      \
+                                      size_t xs, float *y, size_t ys, const int NG,            \
+                                      const int NT)                                            \
+    {                                                                                          \
+        iq_table_tile(n, w, gs, x, xs, y, ys, NG, NT, values, f);                              \
+    }
+
+IQ_TABLE_TILE(iq4_xs, tensor_iq4nl_values, 1.0f)
+IQ_TABLE_TILE(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
+IQ_TABLE_TILE(iq3_s, tensor_iq3s_x8_values, 1.0f)
+
 X8_AVX512_SET(iq4_nl)
 X8_AVX512_SET(iq4_xs)
+X8_AVX512_SET(iq3_xxs)
+X8_AVX512_SET(iq3_s)
 
 #endif /* __x86_64__ */

@@ -13,7 +13,10 @@
  *      The activation rows' quantizers of every level write the scalar
  *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
- *      Q8_0 code of -128 refused with STRATA_ERANGE. */
+ *      Q8_0 code of -128 refused with STRATA_ERANGE.
+ * IQ3_XXS and IQ3_S have no quantizer: their rows are random bytes (every
+ * byte pattern is a valid block) with sane scales; the reference decodes
+ * them by the decoder the GGUF-layout kernels use (iq_internal.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +30,7 @@
 #include "gguf/types.h"
 #include "tensor/blocks.h"
 #include "tensor/fp16.h"
+#include "tensor/iq_internal.h"
 #include "tensor/matmul.h"
 #include "tensor/matmul_kernels.h"
 #include "tensor/pack.h"
@@ -44,7 +48,8 @@
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
-                                   STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16};
+                                   STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
+                                   STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static bool is_half(uint32_t type)
@@ -52,11 +57,16 @@ static bool is_half(uint32_t type)
     return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
 }
 
+static bool is_iq3(uint32_t type)
+{
+    return type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S;
+}
+
 static uint32_t act_type(uint32_t type)
 {
     if (is_half(type)) return STRATA_TYPE_F32;
     return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
-                   type == STRATA_TYPE_IQ4_XS
+                   type == STRATA_TYPE_IQ4_XS || is_iq3(type)
                ? STRATA_TYPE_Q8_K
                : STRATA_TYPE_Q8_0;
 }
@@ -108,6 +118,20 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
                 isum += w[ib].scales[g] * dot;
             }
             acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+        }
+        return acc;
+    }
+    if (is_iq3(type)) {
+        /* w = (d * ls * f) * q with a scale ls per 16 elements */
+        const block_q8_k *x = xrow;
+        const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
+        const float f = 1.0f / (float)(1 << tensor_iq_f_shift(type));
+        tensor_iq_decoded dec;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            tensor_iq_decode(type, (const char *)row + (size_t)ib * bb, &dec);
+            int32_t isum = 0;
+            for (int i = 0; i < TENSOR_QK_K; i++) isum += dec.ls[i / 16] * dec.q[i] * x[ib].qs[i];
+            acc = fmaf((float)isum, (dec.d * x[ib].d) * f, acc);
         }
         return acc;
     }
@@ -254,6 +278,9 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_IQ4_XS) {
             block_iq4_xs *k = (block_iq4_xs *)w + b;
             k->d = tensor_f32_to_f16(dv);
+        } else if (is_iq3(type)) { /* d leads both block types */
+            const uint16_t d = tensor_f32_to_f16(dv);
+            memcpy((char *)w + (size_t)b * strata_type_row_bytes(type, TENSOR_QK_K), &d, 2);
         } else if (type == STRATA_TYPE_IQ4_NL) {
             block_iq4_nl *k = (block_iq4_nl *)w + b;
             k->d = tensor_f32_to_f16(dv);
@@ -572,11 +599,17 @@ static void test_act_quant_levels(void **state)
 
 /* ---------------------------------------------------- (b) matmul */
 
-/* Quantized weights of real-looking (normal) values. */
+/* Quantized weights of real-looking (normal) values; the IQ3 types, which
+ * have no quantizer, random blocks. */
 static void *random_matrix(uint32_t type, int64_t n_rows, int64_t n, strata_rng *rng)
 {
     size_t rb = strata_type_row_bytes(type, n);
     char *w = malloc(rb * (size_t)n_rows);
+    if (is_iq3(type)) {
+        assert_non_null(w);
+        fill_weights(type, w, n_rows, n, FILL_RANDOM, rng);
+        return w;
+    }
     float *f = malloc(sizeof(float) * (size_t)n);
     assert_non_null(w);
     assert_non_null(f);
@@ -817,6 +850,9 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_S, 8, 512), 2 * sizeof(block_iq4_xsx8));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
+    assert_false(tensor_pack_available(STRATA_TYPE_IQ2_XXS, 8, 256)); /* no x8 layout */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
