@@ -326,13 +326,46 @@ static void pack_worker(void *arg, int i_thread, int n_threads)
     if (rc != 0) atomic_store(&j->failed, 1);
 }
 
+/* The system's available memory (MemAvailable), or SIZE_MAX when
+ * /proc/meminfo cannot tell. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL) return SIZE_MAX;
+    char line[256];
+    size_t kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = sscanf(line, "MemAvailable: %zu kB", &kib) == 1;
+    fclose(f);
+    return found && kib <= SIZE_MAX / 1024 ? kib * 1024 : SIZE_MAX;
+}
+
+bool model_repack_larger(size_t extra, size_t model_bytes, size_t available)
+{
+    if (available == SIZE_MAX) return true;
+    size_t headroom = available > model_bytes ? available - model_bytes : 0;
+    return extra <= headroom / 2;
+}
+
+/* A layout larger than the file's rows (the IQ3 ones: 4.3 bits a weight
+ * against 3.1-3.4). */
+static bool larger_layout(const model_matrix *mm, size_t packed)
+{
+    return packed > (size_t)mm->n_rows * mm->row_bytes / 8 * 9;
+}
+
 /* Repacks every matrix that has an x8 layout (tensor/pack.h) into one
  * allocation, unless STRATA_REPACK=0. A matrix whose data the layout does
- * not take stays in the file's layout. */
+ * not take stays in the file's layout. Layouts larger than the file's are
+ * used only where model_repack_larger allows their extra bytes (or with
+ * STRATA_REPACK=1), so that a model that fits in memory in its file's
+ * layout still fits. */
 static int pack_all(model *m, strata_err *err)
 {
     const char *env = getenv("STRATA_REPACK");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
+    const bool force = env != NULL && strcmp(env, "1") == 0;
     const int64_t t0 = strata_clock_ns();
     size_t n = matrices(m, NULL, 0);
     model_matrix **mats = calloc(n, sizeof(*mats));
@@ -342,9 +375,29 @@ static int pack_all(model *m, strata_err *err)
         return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
     matrices(m, mats, n);
+    size_t extra = 0, model_bytes = 0, n_larger = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = tensor_pack_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols);
+        size_t file = (size_t)mats[i]->n_rows * mats[i]->row_bytes;
+        model_bytes += file;
+        if (b > 0 && larger_layout(mats[i], b)) {
+            extra += b - file;
+            n_larger++;
+        }
+    }
+    const size_t available = n_larger > 0 && !force ? mem_available() : SIZE_MAX;
+    const bool larger_ok = model_repack_larger(extra, model_bytes, available);
+    if (!larger_ok)
+        LOG_INFO("model: %zu matrices keep the file's layout: their row-interleaved one would "
+                 "take %.1f MiB more, and %.1f MiB are available beyond the model's %.1f MiB "
+                 "(STRATA_REPACK=1 repacks them anyway)",
+                 n_larger, (double)extra / (1 << 20),
+                 (double)(available > model_bytes ? available - model_bytes : 0) / (1 << 20),
+                 (double)model_bytes / (1 << 20));
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t b = tensor_pack_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols);
+        if (b > 0 && !larger_ok && larger_layout(mats[i], b)) b = 0;
         off[i] = total;
         total += (b + 63) / 64 * 64;
     }
@@ -364,7 +417,7 @@ static int pack_all(model *m, strata_err *err)
     for (size_t i = 0; rc == 0 && i < n && total > 0; i++) {
         model_matrix *mm = mats[i];
         size_t bytes = tensor_pack_bytes(mm->type, mm->n_rows, mm->n_cols);
-        if (bytes == 0) continue;
+        if (bytes == 0 || (!larger_ok && larger_layout(mm, bytes))) continue;
         char *dst = m->packed + off[i];
         pack_job job = {.mm = mm, .dst = dst,
                         .group_bytes = bytes / (size_t)(mm->n_rows / TENSOR_X8_ROWS)};

@@ -1,9 +1,11 @@
 /* A loaded model: its hyper-parameters and its weights, bound by their GGUF
  * names to pointers into the file's mapping. Matrices of a type with a
- * row-interleaved layout (Q4_0, Q8_0, Q4_K: tensor/pack.h) are repacked at
- * load into one allocation, their type or'ed with TENSOR_PACKED, for faster
- * matrix products; STRATA_REPACK=0 in the environment keeps every matrix in
- * the file's layout, in place (less memory, slower).
+ * row-interleaved layout (tensor/pack.h) are repacked at load into one
+ * allocation, their type or'ed with TENSOR_PACKED, for faster matrix
+ * products; STRATA_REPACK=0 in the environment keeps every matrix in the
+ * file's layout, in place (less memory, slower). Layouts larger than the
+ * file's (IQ3_XXS, IQ3_S) are used only when model_repack_larger allows
+ * them, or with STRATA_REPACK=1.
  *
  * Every tensor the graph uses is looked up and checked at load: present,
  * of a type the kernels take (matrices: tensor_matmul_supported with a row
@@ -26,6 +28,7 @@
 #include "model/hparams.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A weight matrix W of shape (n_rows, n_cols): row r holds the n_cols
@@ -97,5 +100,12 @@ int model_load(model **out, gguf *g, strata_err *err);
 
 /* Frees the model (and the file when model_open opened it). NULL is allowed. */
 void model_close(model *m);
+
+/* Whether layouts larger than the file's may take `extra` bytes beyond a
+ * model of `model_bytes` in its file's layout, with `available` bytes of
+ * memory available (SIZE_MAX: unknown, allowed): when extra is at most half
+ * of what is available beyond the model, the rest being left to the KV
+ * cache and everything else. */
+bool model_repack_larger(size_t extra, size_t model_bytes, size_t available);
 
 #endif

@@ -527,7 +527,8 @@ static void expect_same_logits(model *packed, model *plain, const int32_t *ids, 
     expect_same_logits_tol(packed, plain, ids, n, n_threads, label, 1e-4);
 }
 
-/* Matrices of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, F16 and BF16 are repacked at load (tensor/pack.h);
+/* Matrices of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S,
+ * F16 and BF16 are repacked at load (tensor/pack.h);
  * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
  * float rounding. */
 static void test_repack(void **state)
@@ -540,6 +541,8 @@ static void test_repack(void **state)
                                         "golden/models/llama-Q5_K.gguf",
                                         "golden/models/llama-IQ4_NL.gguf",
                                         "golden/models/llama-IQ4_XS.gguf",
+                                        "golden/models/llama-IQ3_XXS.gguf",
+                                        "golden/models/llama-IQ3_S.gguf",
                                         "golden/models/llama-F16.gguf",
                                         "golden/models/llama-BF16.gguf"};
     const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3, 7};
@@ -579,6 +582,18 @@ static void test_repack(void **state)
         const double tol = tie_moves ? 2e-2 : 1e-4;
         expect_same_logits_tol(packed, plain, ids, n, 2, files[f], tol);
     }
+}
+
+/* Layouts larger than the file's (IQ3) take their extra bytes only from
+ * half of the memory available beyond the model. */
+static void test_repack_larger_needs_memory(void **state)
+{
+    (void)state;
+    assert_true(model_repack_larger(1000, 1000, SIZE_MAX)); /* unknown */
+    assert_true(model_repack_larger(150, 1000, 1300));
+    assert_false(model_repack_larger(151, 1000, 1300));
+    assert_false(model_repack_larger(1, 1000, 900));
+    assert_true(model_repack_larger(0, 1000, 900));
 }
 
 /* A Q8_0 matrix holding a code of -128 (no quantizer writes one) is not
@@ -679,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_repack),
         cmocka_unit_test(test_repack_refused_matrix_stays),
         cmocka_unit_test(test_gemma3_hparams),
+        cmocka_unit_test(test_repack_larger_needs_memory),
         cmocka_unit_test(test_gemma2_hparams),
         cmocka_unit_test(test_phi3_fused),
         cmocka_unit_test(test_smollm3_mistral3_hparams),
