@@ -348,8 +348,8 @@ bool model_repack_larger(size_t extra, size_t model_bytes, size_t available)
     return extra <= headroom / 2;
 }
 
-/* A layout larger than the file's rows (the IQ3 ones: 4.3 bits a weight
- * against 3.1-3.4). */
+/* A layout larger than the file's rows (the 1-3 bit IQ ones: 4.3 bits a
+ * weight against the file's 1.6-3.4). */
 static bool larger_layout(const model_matrix *mm, size_t packed)
 {
     return packed > (size_t)mm->n_rows * mm->row_bytes / 8 * 9;

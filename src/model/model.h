@@ -4,7 +4,7 @@
  * allocation, their type or'ed with TENSOR_PACKED, for faster matrix
  * products; STRATA_REPACK=0 in the environment keeps every matrix in the
  * file's layout, in place (less memory, slower). Layouts larger than the
- * file's (IQ3_XXS, IQ3_S) are used only when model_repack_larger allows
+ * file's (the 1-3 bit IQ ones) are used only when model_repack_larger allows
  * them, or with STRATA_REPACK=1.
  *
  * Every tensor the graph uses is looked up and checked at load: present,

@@ -72,6 +72,14 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq3_s,
         {{.one = tensor_x8_iq3_s_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_iq3_s_avx2), AVX512(iq3_s)}};
+    static const x8_type iq2_xxs = {
+        sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq2_xxs,
+        {{.one = tensor_x8_iq2_xxs_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq2_xxs_avx2), AVX512(iq2_xxs)}};
+    static const x8_type iq1_s = {
+        sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq1_s,
+        {{.one = tensor_x8_iq1_s_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq1_s_avx2), AVX512(iq1_s)}};
 #if defined(__x86_64__)
 #define HALF_LEVELS(t)                                                                  \
     {.one = tensor_x8_##t##_avx2, .max_t = TENSOR_X8_MAX_T},                           \
@@ -99,6 +107,8 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_IQ4_XS: return &iq4_xs;
     case STRATA_TYPE_IQ3_XXS: return &iq3_xxs;
     case STRATA_TYPE_IQ3_S: return &iq3_s;
+    case STRATA_TYPE_IQ2_XXS: return &iq2_xxs;
+    case STRATA_TYPE_IQ1_S: return &iq1_s;
     default: return NULL;
     }
 }
@@ -207,7 +217,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
      * 3-token one on AMD Zen 4). */
     if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float) + 64;
     if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
-        type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S)
+        type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
+        type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
@@ -261,6 +272,8 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_IQ4_XS:
     case STRATA_TYPE_IQ3_XXS:
     case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS:
+    case STRATA_TYPE_IQ1_S:
 #if defined(__x86_64__)
         if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
 #endif

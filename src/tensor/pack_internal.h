@@ -26,8 +26,9 @@
  *   IQ4_NL:      as Q8_0, isum over the table values v[q]
  *   IQ4_XS:      acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_s sc_s * (v[q] . x over sub-block s)
- *   IQ3_XXS, IQ3_S: acc = fmaf((float)isum, (d_r * dx) * f, acc), isum as
- *                IQ4_XS's over the type's table; f = 1/4 (IQ3_XXS), 1 (IQ3_S)
+ *   IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S: acc = fmaf((float)isum, (d_r * dx) * f,
+ *                acc), isum as IQ4_XS's over the type's table; f = 1/4
+ *                (IQ3_XXS), 1 (IQ3_S), 1/8 (IQ2_XXS, IQ1_S)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  *   F16, BF16:   no integer step; four pairs of float sums s[k][p] (k < 4,
@@ -147,15 +148,17 @@ typedef struct block_iq4_nlx8 {
  *   qs[]: the indices, interleaved as Q4_K x8's codes.
  * w = d * sc_s * value[q], as in IQ4_XS.
  *
- * IQ3_XXS x8 and IQ3_S x8 are this block too, with
+ * IQ3_XXS x8, IQ3_S x8, IQ2_XXS x8 and IQ1_S x8 are this block too, with
  *   d[r]: the source block's f16 d;
  *   sc[8 s + r]: the sub-block's scale 2 s' + 1 (1..31; the source's two
  *   16-element halves of a 32-element sub-block share it);
  *   qs[]: indices into the type's table of signed codebook values,
- *   tensor_iq3xxs_x8_values (magnitudes 4..62) or tensor_iq3s_x8_values
- *   (1..15): index k is magnitude k & 7, negated when k & 8;
- * w = d * sc_s * f * value[q] with f = 1/4 (IQ3_XXS) or 1 (IQ3_S), the
- * source's weights exactly. */
+ *   tensor_iq3xxs_x8_values (magnitudes 4..62), tensor_iq3s_x8_values
+ *   (1..15), tensor_iq2xxs_x8_values (8, 25, 43), tensor_iq1s_x8_values
+ *   (1, 7, 9; IQ1_S's 8 v + delta): index k is magnitude k & 7, negated
+ *   when k & 8;
+ * w = d * sc_s * f * value[q] with f = 1/4 (IQ3_XXS), 1 (IQ3_S) or 1/8,
+ * the source's weights exactly. */
 typedef struct block_iq4_xsx8 {
     uint16_t d[8];
     int8_t sc[64];
@@ -164,6 +167,8 @@ typedef struct block_iq4_xsx8 {
 
 extern const int8_t tensor_iq3xxs_x8_values[16];
 extern const int8_t tensor_iq3s_x8_values[16];
+extern const int8_t tensor_iq2xxs_x8_values[16];
+extern const int8_t tensor_iq1s_x8_values[16];
 
 /* F16 / BF16 x8: a block is 8 elements of rows 0..7,
  *   w[8 j + r], j = 0..7: row r's element j (the type's 16-bit value,
@@ -222,6 +227,8 @@ bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, voi
 bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
@@ -248,6 +255,10 @@ void tensor_x8_iq3_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs
                               size_t ys, int nt);
 void tensor_x8_iq3_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
+void tensor_x8_iq2_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                              size_t ys, int nt);
+void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
 void tensor_x8_f16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -272,6 +283,10 @@ void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, f
 void tensor_x8_iq3_xxs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
 void tensor_x8_iq3_s_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_iq2_xxs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
+void tensor_x8_iq1_s_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                           size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -310,6 +325,8 @@ TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
 TENSOR_X8_AVX512_DECL(iq4_xs);
 TENSOR_X8_AVX512_DECL(iq3_xxs);
 TENSOR_X8_AVX512_DECL(iq3_s);
+TENSOR_X8_AVX512_DECL(iq2_xxs);
+TENSOR_X8_AVX512_DECL(iq1_s);
 /* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to
  * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
  * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */

@@ -16,7 +16,9 @@
  * are per 32 elements, so their x8 layout is IQ4_XS x8's with the type's
  * own 16-value table: a byte shuffle decodes them as it decodes IQ4_XS.
  * The layout holds 4.3 bits per weight against the file's 3.1 (IQ3_XXS)
- * and 3.4 (IQ3_S). */
+ * and 3.4 (IQ3_S). IQ2_XXS (2.1 bits) and IQ1_S (1.6) take six values each,
+ * with scales per 32 elements too, so they use the same layout, at twice
+ * and nearly three times their files' size. */
 #include "gguf/types.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
@@ -167,6 +169,10 @@ const int8_t tensor_iq3s_x8_values[16] = {1,  3,  5,  7,  9,   11,  13,  15,
                                           -1, -3, -5, -7, -9, -11, -13, -15};
 const int8_t tensor_iq3xxs_x8_values[16] = {4,  12,  20,  28,  36,  44,  52,  62,
                                             -4, -12, -20, -28, -36, -44, -52, -62};
+/* IQ2_XXS's codebook bytes 8, 25, 43 and IQ1_S's 8 v + delta (v in -1..1,
+ * delta +-1): six values each, the other indices unused. */
+const int8_t tensor_iq2xxs_x8_values[16] = {8, 25, 43, 0, 0, 0, 0, 0, -8, -25, -43, 0, 0, 0, 0, 0};
+const int8_t tensor_iq1s_x8_values[16] = {1, 7, 9, 0, 0, 0, 0, 0, -1, -7, -9, 0, 0, 0, 0, 0};
 
 /* The IQ4_XS x8 block from 8 rows of an IQ type whose every weight is one
  * of `table`'s values and whose 16-element sub-blocks share their scale in
@@ -212,6 +218,16 @@ bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, vo
 bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
     return pack_iq_table(STRATA_TYPE_IQ3_S, tensor_iq3s_x8_values, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ2_XXS, tensor_iq2xxs_x8_values, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ1_S, tensor_iq1s_x8_values, src, src_row_bytes, n, dst);
 }
 
 /* The reference: pack_internal.h's float steps, one (row, token) pair at a
@@ -261,6 +277,18 @@ void tensor_x8_iq3_s_scalar(int64_t n, const void *w, const void *x, size_t xs, 
                             size_t ys, int nt)
 {
     iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3s_x8_values, 1.0f);
+}
+
+void tensor_x8_iq2_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                              size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f);
+}
+
+void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f);
 }
 
 #if defined(__x86_64__)
@@ -411,6 +439,8 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
 IQ_TABLE_AVX2(iq4_xs, tensor_iq4nl_values, 1.0f)
 IQ_TABLE_AVX2(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
 IQ_TABLE_AVX2(iq3_s, tensor_iq3s_x8_values, 1.0f)
+IQ_TABLE_AVX2(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f)
+IQ_TABLE_AVX2(iq1_s, tensor_iq1s_x8_values, 0.125f)
 
 /* ------------------------------------------------------------ AVX-512 */
 
@@ -560,10 +590,14 @@ X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const v
 IQ_TABLE_TILE(iq4_xs, tensor_iq4nl_values, 1.0f)
 IQ_TABLE_TILE(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
 IQ_TABLE_TILE(iq3_s, tensor_iq3s_x8_values, 1.0f)
+IQ_TABLE_TILE(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f)
+IQ_TABLE_TILE(iq1_s, tensor_iq1s_x8_values, 0.125f)
 
 X8_AVX512_SET(iq4_nl)
 X8_AVX512_SET(iq4_xs)
 X8_AVX512_SET(iq3_xxs)
 X8_AVX512_SET(iq3_s)
+X8_AVX512_SET(iq2_xxs)
+X8_AVX512_SET(iq1_s)
 
 #endif /* __x86_64__ */

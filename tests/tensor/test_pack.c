@@ -14,7 +14,7 @@
  *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE.
- * IQ3_XXS and IQ3_S have no quantizer: their rows are random bytes (every
+ * IQ3_XXS, IQ3_S, IQ2_XXS and IQ1_S have no quantizer: their rows are random bytes (every
  * byte pattern is a valid block) with sane scales; the reference decodes
  * them by the decoder the GGUF-layout kernels use (iq_internal.h). */
 #include <setjmp.h>
@@ -49,7 +49,8 @@
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
-                                   STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S};
+                                   STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
+                                   STRATA_TYPE_IQ1_S};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static bool is_half(uint32_t type)
@@ -57,16 +58,19 @@ static bool is_half(uint32_t type)
     return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
 }
 
-static bool is_iq3(uint32_t type)
+/* The IQ types with an x8 layout (IQ4_XS x8 blocks over a table of the
+ * type's values). */
+static bool is_iq_table(uint32_t type)
 {
-    return type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S;
+    return type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
+           type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S;
 }
 
 static uint32_t act_type(uint32_t type)
 {
     if (is_half(type)) return STRATA_TYPE_F32;
     return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
-                   type == STRATA_TYPE_IQ4_XS || is_iq3(type)
+                   type == STRATA_TYPE_IQ4_XS || is_iq_table(type)
                ? STRATA_TYPE_Q8_K
                : STRATA_TYPE_Q8_0;
 }
@@ -121,7 +125,7 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
         }
         return acc;
     }
-    if (is_iq3(type)) {
+    if (is_iq_table(type)) {
         /* w = (d * ls * f) * q with a scale ls per 16 elements */
         const block_q8_k *x = xrow;
         const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
@@ -278,7 +282,7 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_IQ4_XS) {
             block_iq4_xs *k = (block_iq4_xs *)w + b;
             k->d = tensor_f32_to_f16(dv);
-        } else if (is_iq3(type)) { /* d leads both block types */
+        } else if (is_iq_table(type)) { /* d leads both block types */
             const uint16_t d = tensor_f32_to_f16(dv);
             memcpy((char *)w + (size_t)b * strata_type_row_bytes(type, TENSOR_QK_K), &d, 2);
         } else if (type == STRATA_TYPE_IQ4_NL) {
@@ -599,13 +603,13 @@ static void test_act_quant_levels(void **state)
 
 /* ---------------------------------------------------- (b) matmul */
 
-/* Quantized weights of real-looking (normal) values; the IQ3 types, which
+/* Quantized weights of real-looking (normal) values; the IQ types, which
  * have no quantizer, random blocks. */
 static void *random_matrix(uint32_t type, int64_t n_rows, int64_t n, strata_rng *rng)
 {
     size_t rb = strata_type_row_bytes(type, n);
     char *w = malloc(rb * (size_t)n_rows);
-    if (is_iq3(type)) {
+    if (is_iq_table(type)) {
         assert_non_null(w);
         fill_weights(type, w, n_rows, n, FILL_RANDOM, rng);
         return w;
@@ -852,7 +856,7 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_S, 8, 512), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
-    assert_false(tensor_pack_available(STRATA_TYPE_IQ2_XXS, 8, 256)); /* no x8 layout */
+    assert_false(tensor_pack_available(STRATA_TYPE_IQ2_XS, 8, 256)); /* no x8 layout */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};

@@ -80,9 +80,11 @@ static void test_refuses_what_has_no_layout(void **state)
     assert_false(tensor_pack_row(STRATA_TYPE_F32, packed, 8, 32, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_Q4_0, packed, 7, 32, 0, dst)); /* rows not x8 */
     assert_false(tensor_pack_row(STRATA_TYPE_Q8_0, packed, 8, 33, 0, dst)); /* partial block */
-    /* the IQ3 layouts keep values, not codebook indices: no unpacker */
+    /* the IQ layouts keep values, not codebook indices: no unpacker */
     assert_false(tensor_pack_row(STRATA_TYPE_IQ3_S, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ3_XXS, packed, 8, 256, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_IQ2_XXS, packed, 8, 256, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_IQ1_S, packed, 8, 256, 0, dst));
     for (size_t i = 0; i < sizeof(dst); i++) assert_int_equal(dst[i], 0x11);
 }
 
