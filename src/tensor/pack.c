@@ -76,6 +76,18 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq2_xxs,
         {{.one = tensor_x8_iq2_xxs_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_iq2_xxs_avx2), AVX512(iq2_xxs)}};
+    static const x8_type iq2_xs = {
+        sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_iq2_xs,
+        {{.one = tensor_x8_iq2_xs_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq2_xs_avx2), AVX512(iq2_xs)}};
+    static const x8_type iq2_s = {
+        sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_iq2_s,
+        {{.one = tensor_x8_iq2_s_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq2_s_avx2), AVX512(iq2_s)}};
+    static const x8_type iq1_m = {
+        sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_iq1_m,
+        {{.one = tensor_x8_iq1_m_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_iq1_m_avx2), AVX512(iq1_m)}};
     static const x8_type iq1_s = {
         sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq1_s,
         {{.one = tensor_x8_iq1_s_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -109,6 +121,9 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_IQ3_S: return &iq3_s;
     case STRATA_TYPE_IQ2_XXS: return &iq2_xxs;
     case STRATA_TYPE_IQ1_S: return &iq1_s;
+    case STRATA_TYPE_IQ2_XS: return &iq2_xs;
+    case STRATA_TYPE_IQ2_S: return &iq2_s;
+    case STRATA_TYPE_IQ1_M: return &iq1_m;
     default: return NULL;
     }
 }
@@ -218,7 +233,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
     if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float) + 64;
     if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
         type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
-        type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S)
+        type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S || type == STRATA_TYPE_IQ2_XS ||
+        type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
@@ -274,6 +290,9 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_IQ3_S:
     case STRATA_TYPE_IQ2_XXS:
     case STRATA_TYPE_IQ1_S:
+    case STRATA_TYPE_IQ2_XS:
+    case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ1_M:
 #if defined(__x86_64__)
         if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
 #endif

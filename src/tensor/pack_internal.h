@@ -29,6 +29,8 @@
  *   IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S: acc = fmaf((float)isum, (d_r * dx) * f,
  *                acc), isum as IQ4_XS's over the type's table; f = 1/4
  *                (IQ3_XXS), 1 (IQ3_S), 1/8 (IQ2_XXS, IQ1_S)
+ *   IQ2_XS, IQ2_S, IQ1_M: as IQ2_XXS with a scale per 16 elements, isum =
+ *                sum_h sc_h * (v[q] . x over 16-element sub-block h)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_g sc_g * ((q - 32) . x over group g)
  *   F16, BF16:   no integer step; four pairs of float sums s[k][p] (k < 4,
@@ -165,6 +167,17 @@ typedef struct block_iq4_xsx8 {
     uint8_t qs[1024];
 } block_iq4_xsx8;
 
+/* IQ2_XS x8, IQ2_S x8, IQ1_M x8: the IQ2_XXS x8 (IQ1_M: IQ1_S x8) block
+ * with a scale per 16 elements:
+ *   sc[8 h + r]: row r's scale 2 s' + 1 of 16-element sub-block h (0..15);
+ *   d, qs as in IQ4_XS x8, the indices into tensor_iq2xxs_x8_values
+ *   (IQ1_M: tensor_iq1s_x8_values). */
+typedef struct block_iq_s16x8 {
+    uint16_t d[8];
+    int8_t sc[128];
+    uint8_t qs[1024];
+} block_iq_s16x8;
+
 extern const int8_t tensor_iq3xxs_x8_values[16];
 extern const int8_t tensor_iq3s_x8_values[16];
 extern const int8_t tensor_iq2xxs_x8_values[16];
@@ -229,6 +242,9 @@ bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, vo
 bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq2_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
@@ -259,6 +275,12 @@ void tensor_x8_iq2_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs
                               size_t ys, int nt);
 void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
+void tensor_x8_iq2_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt);
+void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
+void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
 void tensor_x8_f16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -287,6 +309,12 @@ void tensor_x8_iq3_s_avx2(int64_t n, const void *w, const void *x, size_t xs, fl
 void tensor_x8_iq2_xxs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
 void tensor_x8_iq1_s_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_iq2_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_iq2_s_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_iq1_m_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                           size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -327,6 +355,9 @@ TENSOR_X8_AVX512_DECL(iq3_xxs);
 TENSOR_X8_AVX512_DECL(iq3_s);
 TENSOR_X8_AVX512_DECL(iq2_xxs);
 TENSOR_X8_AVX512_DECL(iq1_s);
+TENSOR_X8_AVX512_DECL(iq2_xs);
+TENSOR_X8_AVX512_DECL(iq2_s);
+TENSOR_X8_AVX512_DECL(iq1_m);
 /* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to
  * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
  * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */

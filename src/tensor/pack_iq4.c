@@ -18,7 +18,10 @@
  * The layout holds 4.3 bits per weight against the file's 3.1 (IQ3_XXS)
  * and 3.4 (IQ3_S). IQ2_XXS (2.1 bits) and IQ1_S (1.6) take six values each,
  * with scales per 32 elements too, so they use the same layout, at twice
- * and nearly three times their files' size. */
+ * and nearly three times their files' size. IQ2_XS, IQ2_S and IQ1_M (six
+ * values too) have a scale per 16 elements: their blocks hold 16 scales a
+ * row (4.6 bits a weight), and the kernels take the two halves of each
+ * 32-element sub-block in separate sums. */
 #include "gguf/types.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
@@ -30,6 +33,7 @@
 #endif
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__clang__)
@@ -174,35 +178,53 @@ const int8_t tensor_iq3xxs_x8_values[16] = {4,  12,  20,  28,  36,  44,  52,  62
 const int8_t tensor_iq2xxs_x8_values[16] = {8, 25, 43, 0, 0, 0, 0, 0, -8, -25, -43, 0, 0, 0, 0, 0};
 const int8_t tensor_iq1s_x8_values[16] = {1, 7, 9, 0, 0, 0, 0, 0, -1, -7, -9, 0, 0, 0, 0, 0};
 
-/* The IQ4_XS x8 block from 8 rows of an IQ type whose every weight is one
- * of `table`'s values and whose 16-element sub-blocks share their scale in
- * pairs (true of every IQ3_XXS and IQ3_S block; false makes the caller
- * keep the file's layout). */
-static bool pack_iq_table(uint32_t type, const int8_t table[16], const void *src,
-                          size_t src_row_bytes, int64_t n, void *dst)
+/* An x8 block of the table layouts: IQ4_XS x8 (8 scales a row) or, with
+ * s16, the block with a scale per 16 elements (16 a row). */
+#define IQX8_BYTES(s16) ((s16) ? sizeof(block_iq_s16x8) : sizeof(block_iq4_xsx8))
+#define IQX8_BLOCK(w, ib, s16) ((const uint8_t *)(w) + (size_t)(ib) * IQX8_BYTES(s16))
+#define IQX8_D(b) ((const uint16_t *)(b))
+#define IQX8_SC(b) ((const int8_t *)(b) + 16)
+#define IQX8_QS(b, s16) ((const uint8_t *)(b) + 16 + ((s16) ? 128 : 64))
+_Static_assert(offsetof(block_iq4_xsx8, sc) == 16 && offsetof(block_iq4_xsx8, qs) == 16 + 64,
+               "IQ4_XS x8 field offsets");
+_Static_assert(offsetof(block_iq_s16x8, sc) == 16 && offsetof(block_iq_s16x8, qs) == 16 + 128,
+               "scale-per-16 x8 field offsets");
+
+/* The x8 block of the table layouts from 8 rows of an IQ type whose every
+ * weight is one of `table`'s values: with s16 a scale per 16 elements,
+ * else per 32, which needs the source's 16-element halves to share theirs
+ * (true of every IQ3_XXS, IQ3_S, IQ2_XXS and IQ1_S block). False (the
+ * caller keeps the file's layout) when the data does not fit. */
+static bool pack_iq_table(uint32_t type, const int8_t table[16], const bool s16,
+                          const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
     const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
-    block_iq4_xsx8 *out = dst;
     tensor_iq_decoded dec;
     int8_t index[256]; /* value (as a byte) -> its index in the table, or -1 */
     memset(index, -1, sizeof index);
     for (int k = 0; k < 16; k++) index[(uint8_t)table[k]] = (int8_t)k;
     for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
-        block_iq4_xsx8 *o = &out[ib];
+        uint8_t *o = (uint8_t *)dst + (size_t)ib * IQX8_BYTES(s16);
+        uint16_t *od = (uint16_t *)o;
+        int8_t *osc = (int8_t *)o + 16;
+        uint8_t *oqs = o + 16 + (s16 ? 128 : 64);
         for (int r = 0; r < 8; r++) {
-            const char *blk = (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb;
-            tensor_iq_decode(type, blk, &dec);
-            memcpy(&o->d[r], blk, sizeof o->d[r]); /* d leads both block types */
+            tensor_iq_decode(type, (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb,
+                             &dec);
+            od[r] = tensor_f32_to_f16(dec.d); /* a widened f16: exact */
+            for (int h = 0; h < 16; h++) {
+                if (s16) osc[8 * h + r] = dec.ls[h];
+                else if (h % 2 == 0) osc[8 * (h / 2) + r] = dec.ls[h];
+                else if (dec.ls[h] != dec.ls[h - 1]) return false;
+            }
             for (int s = 0; s < 8; s++) {
-                if (dec.ls[2 * s] != dec.ls[2 * s + 1]) return false;
-                o->sc[8 * s + r] = dec.ls[2 * s];
                 const int8_t *q = dec.q + 32 * s;
                 for (int m = 0; m < 4; m++)
                     for (int e = 0; e < 4; e++) {
                         const int lo = index[(uint8_t)q[x8_elem(2 * m, e)]];
                         const int hi = index[(uint8_t)q[x8_elem(2 * m + 1, e)]];
                         if (lo < 0 || hi < 0) return false;
-                        o->qs[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
+                        oqs[128 * s + 32 * m + 4 * r + e] = (uint8_t)(lo | hi << 4);
                     }
             }
         }
@@ -212,48 +234,64 @@ static bool pack_iq_table(uint32_t type, const int8_t table[16], const void *src
 
 bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
-    return pack_iq_table(STRATA_TYPE_IQ3_XXS, tensor_iq3xxs_x8_values, src, src_row_bytes, n, dst);
+    return pack_iq_table(STRATA_TYPE_IQ3_XXS, tensor_iq3xxs_x8_values, false, src, src_row_bytes, n, dst);
 }
 
 bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
-    return pack_iq_table(STRATA_TYPE_IQ3_S, tensor_iq3s_x8_values, src, src_row_bytes, n, dst);
+    return pack_iq_table(STRATA_TYPE_IQ3_S, tensor_iq3s_x8_values, false, src, src_row_bytes, n, dst);
 }
 
 bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
-    return pack_iq_table(STRATA_TYPE_IQ2_XXS, tensor_iq2xxs_x8_values, src, src_row_bytes, n, dst);
+    return pack_iq_table(STRATA_TYPE_IQ2_XXS, tensor_iq2xxs_x8_values, false, src, src_row_bytes, n, dst);
 }
 
 bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
-    return pack_iq_table(STRATA_TYPE_IQ1_S, tensor_iq1s_x8_values, src, src_row_bytes, n, dst);
+    return pack_iq_table(STRATA_TYPE_IQ1_S, tensor_iq1s_x8_values, false, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq2_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ2_XS, tensor_iq2xxs_x8_values, true, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ2_S, tensor_iq2xxs_x8_values, true, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_IQ1_M, tensor_iq1s_x8_values, true, src, src_row_bytes, n, dst);
 }
 
 /* The reference: pack_internal.h's float steps, one (row, token) pair at a
- * time, the integer sums element by element; IQ4_XS x8 blocks with the
- * values of `table` and the factor f (1 for IQ4_XS: the same bits). */
+ * time, the integer sums element by element; table-layout blocks (s16:
+ * a scale per 16 elements) with the values of `table` and the factor f (1
+ * for IQ4_XS: the same bits). */
 static void iq_table_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt, const int8_t table[16], float f)
+                            size_t ys, int nt, const int8_t table[16], float f, bool s16)
 {
-    const block_iq4_xsx8 *wb = w;
     const int64_t nb = n / TENSOR_QK_K;
     for (int t = 0; t < nt; t++) {
         const block_q8_k *xb = (const block_q8_k *)((const char *)x + (size_t)t * xs);
         float acc[8] = {0};
         for (int64_t ib = 0; ib < nb; ib++) {
-            const block_iq4_xsx8 *b = &wb[ib];
+            const uint8_t *b = IQX8_BLOCK(w, ib, s16);
             for (int r = 0; r < 8; r++) {
                 int32_t isum = 0;
-                for (int s = 0; s < 8; s++) {
+                for (int h = 0; h < 16; h++) { /* 16-element halves of the sub-blocks */
+                    const int s = h / 2;
                     int32_t part = 0;
-                    for (int j = 0; j < 8; j++)
+                    for (int j = 4 * (h % 2); j < 4 * (h % 2) + 4; j++)
                         for (int e = 0; e < 4; e++)
-                            part += table[x8_code(b->qs + 128 * s, j, r, e)] *
+                            part += table[x8_code(IQX8_QS(b, s16) + 128 * s, j, r, e)] *
                                     xb[ib].qs[32 * s + x8_elem(j, e)];
-                    isum += b->sc[8 * s + r] * part;
+                    isum += IQX8_SC(b)[8 * (s16 ? h : s) + r] * part;
                 }
-                float dd = (tensor_f16_to_f32(b->d[r]) * xb[ib].d) * f;
+                float dd = (tensor_f16_to_f32(IQX8_D(b)[r]) * xb[ib].d) * f;
                 acc[r] = fmaf((float)isum, dd, acc[r]);
             }
         }
@@ -264,31 +302,49 @@ static void iq_table_scalar(int64_t n, const void *w, const void *x, size_t xs, 
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt)
 {
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq4nl_values, 1.0f);
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq4nl_values, 1.0f, false);
 }
 
 void tensor_x8_iq3_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                               size_t ys, int nt)
 {
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3xxs_x8_values, 0.25f);
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3xxs_x8_values, 0.25f, false);
 }
 
 void tensor_x8_iq3_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt)
 {
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3s_x8_values, 1.0f);
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3s_x8_values, 1.0f, false);
 }
 
 void tensor_x8_iq2_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                               size_t ys, int nt)
 {
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f);
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, false);
 }
 
 void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt)
 {
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f);
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f, false);
+}
+
+void tensor_x8_iq2_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                             size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, true);
+}
+
+void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, true);
+}
+
+void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f, true);
 }
 
 #if defined(__x86_64__)
@@ -368,9 +424,8 @@ TENSOR_AVX2_TARGET void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const vo
  * |isum| <= 256 * 32 * 128 * 127 < 2^28. */
 TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, size_t xs,
                                       float *y, size_t ys, const int NT,
-                                      const int8_t values[16], const float f)
+                                      const int8_t values[16], const float f, const bool s16)
 {
-    const block_iq4_xsx8 *wb = w;
     const int64_t nb = n / TENSOR_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)values));
@@ -382,7 +437,7 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const block_iq4_xsx8 *b = &wb[ib];
+        const uint8_t *b = IQX8_BLOCK(w, ib, s16);
         const block_q8_k *xb[TENSOR_X8_MAX_T];
         __m256i isum[TENSOR_X8_MAX_T];
         for (int t = 0; t < NT; t++) {
@@ -390,13 +445,16 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
             isum[t] = _mm256_setzero_si256();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *qs = b->qs + 128 * s;
+            const uint8_t *qs = IQX8_QS(b, s16) + 128 * s;
             _mm_prefetch((const char *)qs + IQ4_XSX8_PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)qs + IQ4_XSX8_PREFETCH + 64, _MM_HINT_T0);
-            int64_t sc8;
-            memcpy(&sc8, b->sc + 8 * s, 8);
-            const __m256i sc16 =
-                _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), sc_hi), 8);
+            /* the scales of elements 0..15 and 16..31 (the same without s16) */
+            int64_t sc8[2];
+            memcpy(&sc8[0], IQX8_SC(b) + 8 * (s16 ? 2 * s : s), 8);
+            memcpy(&sc8[1], IQX8_SC(b) + 8 * (s16 ? 2 * s + 1 : s), 8);
+            const __m256i sc16[2] = {
+                _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(sc8[0]), sc_hi), 8),
+                _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(sc8[1]), sc_hi), 8)};
             __m256i v[8];
             for (int m = 0; m < 4; m++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
@@ -410,11 +468,11 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
                     const __m256i xv = tensor_bcast4(xq + 4 * j);
                     const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xv),
                                                            _mm256_sign_epi8(v[j], xv));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc16));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc16[j / 4]));
                 }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)IQX8_D(b)));
         for (int t = 0; t < NT; t++) {
             __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d));
             if (f != 1.0f) dd = _mm256_mul_ps(dd, _mm256_set1_ps(f));
@@ -424,23 +482,26 @@ TENSOR_AVX2_INLINE void iq4_xsx8_tile(int64_t n, const void *w, const void *x, s
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);
 }
 
-#define IQ_TABLE_AVX2(name, values, f)                                                        \
+#define IQ_TABLE_AVX2(name, values, f, s16)                                                   \
     TENSOR_AVX2_TARGET void tensor_x8_##name##_avx2(int64_t n, const void *w, const void *x,  \
                                                     size_t xs, float *y, size_t ys, int nt)   \
     {                                                                                         \
         switch (nt) {                                                                         \
-        case 1: iq4_xsx8_tile(n, w, x, xs, y, ys, 1, values, f); break;                       \
-        case 2: iq4_xsx8_tile(n, w, x, xs, y, ys, 2, values, f); break;                       \
-        case 3: iq4_xsx8_tile(n, w, x, xs, y, ys, 3, values, f); break;                       \
-        default: iq4_xsx8_tile(n, w, x, xs, y, ys, 4, values, f); break;                      \
+        case 1: iq4_xsx8_tile(n, w, x, xs, y, ys, 1, values, f, s16); break;                  \
+        case 2: iq4_xsx8_tile(n, w, x, xs, y, ys, 2, values, f, s16); break;                  \
+        case 3: iq4_xsx8_tile(n, w, x, xs, y, ys, 3, values, f, s16); break;                  \
+        default: iq4_xsx8_tile(n, w, x, xs, y, ys, 4, values, f, s16); break;                 \
         }                                                                                     \
     }
 
-IQ_TABLE_AVX2(iq4_xs, tensor_iq4nl_values, 1.0f)
-IQ_TABLE_AVX2(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
-IQ_TABLE_AVX2(iq3_s, tensor_iq3s_x8_values, 1.0f)
-IQ_TABLE_AVX2(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f)
-IQ_TABLE_AVX2(iq1_s, tensor_iq1s_x8_values, 0.125f)
+IQ_TABLE_AVX2(iq4_xs, tensor_iq4nl_values, 1.0f, false)
+IQ_TABLE_AVX2(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
+IQ_TABLE_AVX2(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
+IQ_TABLE_AVX2(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
+IQ_TABLE_AVX2(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_AVX2(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_AVX2(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_AVX2(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
 
 /* ------------------------------------------------------------ AVX-512 */
 
@@ -506,15 +567,16 @@ X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const voi
  * 66..190, scales 1..31: smaller bounds) and their factor f. */
 X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const void *x,
                                     size_t xs, float *y, size_t ys, const int NG, const int NT,
-                                    const int8_t values[16], const float f)
+                                    const int8_t values[16], const float f, const bool s16)
 {
-    const block_iq4_xsx8 *b0 = w;
-    const block_iq4_xsx8 *b1 = (const block_iq4_xsx8 *)((const char *)w + gs);
+    const char *w1 = (const char *)w + gs;
     const int64_t nb = n / TENSOR_QK_K;
+    const int n_sc = s16 ? 16 : 8; /* scales a row */
     const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8(values);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b0 = IQX8_BLOCK(w, ib, s16), *b1 = IQX8_BLOCK(w1, ib, s16);
         const block_q8_k *xb[X8_AVX512_MAX_T];
         __m512i isum[X8_AVX512_MAX_T];
         for (int t = 0; t < NT; t++) {
@@ -522,13 +584,18 @@ X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const v
             isum[t] = _mm512_setzero_si512();
         }
         for (int s = 0; s < 8; s++) {
-            const uint8_t *q0 = b0[ib].qs + 128 * s, *q1 = b1[ib].qs + 128 * s;
+            const uint8_t *q0 = IQX8_QS(b0, s16) + 128 * s, *q1 = IQX8_QS(b1, s16) + 128 * s;
             prefetch_lines(q0, 128, IQ4_XSX8_PREFETCH);
             if (NG == 2) prefetch_lines(q1, 128, IQ4_XSX8_PREFETCH);
-            __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 8 * s));
-            if (NG == 2)
-                sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
-            const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
+            /* the scales of elements 0..15 and 16..31 (the same without s16) */
+            __m512i sc32[2];
+            for (int h = 0; h < 2; h++) {
+                const int k = s16 ? 2 * s + h : s;
+                __m128i sc8 = _mm_loadl_epi64((const __m128i *)(IQX8_SC(b0) + 8 * k));
+                if (NG == 2)
+                    sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(IQX8_SC(b1) + 8 * k)));
+                sc32[h] = _mm512_cvtepi8_epi32(sc8);
+            }
             __m512i c[8];
             for (int m = 0; m < 4; m++) {
                 const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
@@ -539,37 +606,58 @@ X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const v
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
                 __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-                for (int j = 0; j < 8; j += 2) {
-                    p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
-                    p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
+                if (s16) { /* p0: elements 0..15, p1: 16..31 */
+                    for (int j = 0; j < 4; j++) {
+                        p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
+                        p1 = _mm512_dpbusd_epi32(p1, c[j + 4], bcast4_512(xq + 4 * j + 16));
+                    }
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(p0, sc32[0]),
+                                                                         _mm512_mullo_epi32(p1, sc32[1])));
+                } else {
+                    for (int j = 0; j < 8; j += 2) {
+                        p0 = _mm512_dpbusd_epi32(p0, c[j], bcast4_512(xq + 4 * j));
+                        p1 = _mm512_dpbusd_epi32(p1, c[j + 1], bcast4_512(xq + 4 * j + 4));
+                    }
+                    isum[t] = _mm512_add_epi32(
+                        isum[t], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), sc32[0]));
                 }
-                isum[t] = _mm512_add_epi32(
-                    isum[t], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), sc32));
             }
         }
-        __m512i scp[4];
-        for (int p = 0; p < 4; p++) {
+        /* scale pairs: int16 lanes 2r, 2r+1 = row r's scales 2p, 2p+1 */
+        __m512i scp[8];
+        for (int p = 0; p < n_sc / 2; p++) {
             const __m128i a = _mm_unpacklo_epi8(
-                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p)),
-                _mm_loadl_epi64((const __m128i *)(b0[ib].sc + 16 * p + 8)));
+                _mm_loadl_epi64((const __m128i *)(IQX8_SC(b0) + 16 * p)),
+                _mm_loadl_epi64((const __m128i *)(IQX8_SC(b0) + 16 * p + 8)));
             __m256i ab = _mm256_zextsi128_si256(a);
             if (NG == 2)
                 ab = _mm256_inserti128_si256(
                     ab,
-                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p)),
-                                      _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 16 * p + 8))),
+                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(IQX8_SC(b1) + 16 * p)),
+                                      _mm_loadl_epi64((const __m128i *)(IQX8_SC(b1) + 16 * p + 8))),
                     1);
             scp[p] = _mm512_cvtepi8_epi16(ab);
         }
-        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        const __m512 dw = load_scales(IQX8_D(b0), IQX8_D(b1), NG);
         for (int t = 0; t < NT; t++) {
-            /* S_0..S_7 as int16 in the low 128 bits */
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
-                                              _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
-            __m512i off = _mm512_madd_epi16(scp[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
-            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
-            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
-            off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            /* the activation sums of the scales' elements, in pairs of
+             * int16: with s16 the bsums themselves, else S_0..S_7 (sums of
+             * bsums pairs) in the low 128 bits */
+            __m512i off = _mm512_setzero_si512();
+            if (s16) {
+                for (int p = 0; p < 8; p++) {
+                    int32_t word;
+                    memcpy(&word, xb[t]->bsums + 2 * p, 4);
+                    off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[p], _mm512_set1_epi32(word)));
+                }
+            } else {
+                const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb[t]->bsums),
+                                                  _mm_loadu_si128((const __m128i *)xb[t]->bsums + 1));
+                off = _mm512_madd_epi16(scp[0], _mm512_set1_epi32(_mm_extract_epi32(bs, 0)));
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[1], _mm512_set1_epi32(_mm_extract_epi32(bs, 1))));
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[2], _mm512_set1_epi32(_mm_extract_epi32(bs, 2))));
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(scp[3], _mm512_set1_epi32(_mm_extract_epi32(bs, 3))));
+            }
             const __m512i is = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 7));
             __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t]->d));
             if (f != 1.0f) dd = _mm512_mul_ps(dd, _mm512_set1_ps(f));
@@ -579,19 +667,22 @@ X8_AVX512_INLINE void iq_table_tile(int64_t n, const void *w, size_t gs, const v
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
-#define IQ_TABLE_TILE(name, values, f)                                                         \
+#define IQ_TABLE_TILE(name, values, f, s16)                                                    \
     X8_AVX512_INLINE void name##_tile(int64_t n, const void *w, size_t gs, const void *x,      \
                                       size_t xs, float *y, size_t ys, const int NG,            \
                                       const int NT)                                            \
     {                                                                                          \
-        iq_table_tile(n, w, gs, x, xs, y, ys, NG, NT, values, f);                              \
+        iq_table_tile(n, w, gs, x, xs, y, ys, NG, NT, values, f, s16);                         \
     }
 
-IQ_TABLE_TILE(iq4_xs, tensor_iq4nl_values, 1.0f)
-IQ_TABLE_TILE(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f)
-IQ_TABLE_TILE(iq3_s, tensor_iq3s_x8_values, 1.0f)
-IQ_TABLE_TILE(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f)
-IQ_TABLE_TILE(iq1_s, tensor_iq1s_x8_values, 0.125f)
+IQ_TABLE_TILE(iq4_xs, tensor_iq4nl_values, 1.0f, false)
+IQ_TABLE_TILE(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
+IQ_TABLE_TILE(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
+IQ_TABLE_TILE(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
+IQ_TABLE_TILE(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_TILE(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_TILE(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_TILE(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
 
 X8_AVX512_SET(iq4_nl)
 X8_AVX512_SET(iq4_xs)
@@ -599,5 +690,8 @@ X8_AVX512_SET(iq3_xxs)
 X8_AVX512_SET(iq3_s)
 X8_AVX512_SET(iq2_xxs)
 X8_AVX512_SET(iq1_s)
+X8_AVX512_SET(iq2_xs)
+X8_AVX512_SET(iq2_s)
+X8_AVX512_SET(iq1_m)
 
 #endif /* __x86_64__ */

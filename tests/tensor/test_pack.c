@@ -14,7 +14,7 @@
  *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE.
- * IQ3_XXS, IQ3_S, IQ2_XXS and IQ1_S have no quantizer: their rows are random bytes (every
+ * The 1-3 bit IQ types have no quantizer: their rows are random bytes (every
  * byte pattern is a valid block) with sane scales; the reference decodes
  * them by the decoder the GGUF-layout kernels use (iq_internal.h). */
 #include <setjmp.h>
@@ -29,6 +29,7 @@
 #include "base/threadpool.h"
 #include "gguf/types.h"
 #include "tensor/blocks.h"
+#include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
 #include "tensor/matmul.h"
@@ -50,7 +51,8 @@ static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TY
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
-                                   STRATA_TYPE_IQ1_S};
+                                   STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S,
+                                   STRATA_TYPE_IQ1_M};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static bool is_half(uint32_t type)
@@ -58,12 +60,12 @@ static bool is_half(uint32_t type)
     return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
 }
 
-/* The IQ types with an x8 layout (IQ4_XS x8 blocks over a table of the
- * type's values). */
+/* The 1-3 bit IQ types (x8 blocks over a table of the type's values). */
 static bool is_iq_table(uint32_t type)
 {
     return type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
-           type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S;
+           type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S ||
+           type == STRATA_TYPE_IQ2_XS || type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M;
 }
 
 static uint32_t act_type(uint32_t type)
@@ -282,7 +284,15 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_IQ4_XS) {
             block_iq4_xs *k = (block_iq4_xs *)w + b;
             k->d = tensor_f32_to_f16(dv);
-        } else if (is_iq_table(type)) { /* d leads both block types */
+        } else if (type == STRATA_TYPE_IQ1_M) { /* d's nibbles top its 4 scale words */
+            const uint16_t d = tensor_f32_to_f16(dv);
+            uint16_t sw[4];
+            block_iq1_m *k = (block_iq1_m *)w + b;
+            memcpy(sw, k->scales, 8);
+            for (int i = 0; i < 4; i++)
+                sw[i] = (uint16_t)((sw[i] & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
+            memcpy(k->scales, sw, 8);
+        } else if (is_iq_table(type)) { /* d leads the other IQ blocks */
             const uint16_t d = tensor_f32_to_f16(dv);
             memcpy((char *)w + (size_t)b * strata_type_row_bytes(type, TENSOR_QK_K), &d, 2);
         } else if (type == STRATA_TYPE_IQ4_NL) {
@@ -856,7 +866,8 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_S, 8, 512), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
-    assert_false(tensor_pack_available(STRATA_TYPE_IQ2_XS, 8, 256)); /* no x8 layout */
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ1_M, 8, 256), sizeof(block_iq_s16x8));
+    assert_false(tensor_pack_available(STRATA_TYPE_TQ2_0, 8, 256)); /* no x8 layout */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
