@@ -55,7 +55,7 @@ static const uint32_t k_types[] = {
     STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q2_K,   STRATA_TYPE_Q3_K,
     STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS,
     STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS,
-    STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M,
+    STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -321,9 +321,10 @@ static double measure_peak(strata_pool *pool, int kind)
 
 /* --- weights --- */
 
-/* The 1-3 bit IQ types have no quantizer here: their rows are random
- * codes, each block's leading f16 scale (IQ1_M: spread over its scales)
- * set to 1/64 so that no sum overflows to inf or NaN. */
+/* The 1-3 bit IQ types and MXFP4 have no quantizer here: their rows are
+ * random codes, each block's leading f16 scale (IQ1_M: spread over its
+ * scales) set to 1/64, MXFP4's exponent to 1, so that no sum overflows to
+ * inf or NaN. */
 static bool random_codes(uint32_t type)
 {
     switch (type) {
@@ -333,7 +334,8 @@ static bool random_codes(uint32_t type)
     case STRATA_TYPE_IQ3_XXS:
     case STRATA_TYPE_IQ3_S:
     case STRATA_TYPE_IQ1_S:
-    case STRATA_TYPE_IQ1_M: return true;
+    case STRATA_TYPE_IQ1_M:
+    case STRATA_TYPE_MXFP4: return true;
     default: return false;
     }
 }
@@ -343,6 +345,10 @@ static void fill_random_codes(uint32_t type, char *row, size_t rb, int64_t n_col
     for (size_t i = 0; i < rb; i++) {
         *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
         row[i] = (char)(*s >> 56);
+    }
+    if (type == STRATA_TYPE_MXFP4) {
+        for (size_t b = 0; b < rb; b += 17) row[b] = (char)127; /* 2^0 */
+        return;
     }
     const size_t bb = rb / (size_t)(n_cols / 256);
     for (size_t b = 0; b < rb; b += bb) {

@@ -60,6 +60,10 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_iq4_nlx8), TENSOR_QK, tensor_x8_pack_iq4_nl,
         {{.one = tensor_x8_iq4_nl_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_iq4_nl_avx2), AVX512(iq4_nl)}};
+    static const x8_type mxfp4 = {
+        sizeof(block_mxfp4x8), TENSOR_QK, tensor_x8_pack_mxfp4,
+        {{.one = tensor_x8_mxfp4_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_mxfp4_avx2), AVX512(mxfp4)}};
     static const x8_type iq4_xs = {
         sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq4_xs,
         {{.one = tensor_x8_iq4_xs_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -116,6 +120,7 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_Q5_K: return &q5_k;
     case STRATA_TYPE_Q6_K: return &q6_k;
     case STRATA_TYPE_IQ4_NL: return &iq4_nl;
+    case STRATA_TYPE_MXFP4: return &mxfp4;
     case STRATA_TYPE_IQ4_XS: return &iq4_xs;
     case STRATA_TYPE_IQ3_XXS: return &iq3_xxs;
     case STRATA_TYPE_IQ3_S: return &iq3_s;
@@ -276,11 +281,13 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
         return avx512 ? tensor_x8_q4_0_quantize_act_avx512 : tensor_x8_q4_0_quantize_act;
     case STRATA_TYPE_Q8_0:
     case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_MXFP4:
         return avx512 ? tensor_x8_q8_0_quantize_act_avx512 : tensor_x8_q8_0_quantize_act;
 #else
     case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
     case STRATA_TYPE_Q8_0:
-    case STRATA_TYPE_IQ4_NL: return tensor_x8_q8_0_quantize_act;
+    case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_MXFP4: return tensor_x8_q8_0_quantize_act;
 #endif
     case STRATA_TYPE_Q4_K:
     case STRATA_TYPE_Q5_K:

@@ -24,6 +24,7 @@
  *                imin = sum_s mn_s * (x summed over sub-block s)
  *   Q5_K:        as Q4_K, with the 5-bit codes
  *   IQ4_NL:      as Q8_0, isum over the table values v[q]
+ *   MXFP4:       as IQ4_NL over its table, with d_r = 2^(e_r - 128)
  *   IQ4_XS:      acc = fmaf((float)isum, d_r * dx, acc)
  *                where isum = sum_s sc_s * (v[q] . x over sub-block s)
  *   IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S: acc = fmaf((float)isum, (d_r * dx) * f,
@@ -144,6 +145,14 @@ typedef struct block_iq4_nlx8 {
     uint8_t qs[128];
 } block_iq4_nlx8;
 
+/* MXFP4 x8: block b of rows 0..7: e[r] row r's E8M0 exponent, qs as
+ * IQ4_NL x8's, indices into tensor_mxfp4_values (twice the E2M1 values):
+ * w = 2^(e - 128) * value[q] (tensor_e8m0_half). */
+typedef struct block_mxfp4x8 {
+    uint8_t e[8];
+    uint8_t qs[128];
+} block_mxfp4x8;
+
 /* IQ4_XS x8: super-block b of rows 0..7 (8 sub-blocks s of 32).
  *   d[r]: row r's f16 scale.
  *   sc[8 s + r]: row r's scale of sub-block s, ls - 32 (-32..31).
@@ -198,6 +207,7 @@ _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
 _Static_assert(sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl), "IQ4_NLx8 is 8 IQ4_NL blocks");
+_Static_assert(sizeof(block_mxfp4x8) == 136, "MXFP4x8 is 8 MXFP4 blocks");
 _Static_assert(sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs) + 16, "IQ4_XSx8 is 8 IQ4_XS blocks + 16 bytes");
 _Static_assert(sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) + 32, "Q5_Kx8 is 8 Q5_K blocks + 32 bytes");
 
@@ -237,6 +247,7 @@ bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void 
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q5_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_mxfp4(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq4_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
@@ -252,6 +263,7 @@ bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void 
  * files). */
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_mxfp4(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst);
 
@@ -265,6 +277,8 @@ void tensor_x8_q6_k_scalar(int64_t n, const void *w, const void *x, size_t xs, f
                            size_t ys, int nt);
 void tensor_x8_q5_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
+void tensor_x8_mxfp4_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
 void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
 void tensor_x8_iq3_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -300,6 +314,8 @@ void tensor_x8_q6_k_avx2(int64_t n, const void *w, const void *x, size_t xs, flo
                          size_t ys, int nt);
 void tensor_x8_q5_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
+void tensor_x8_mxfp4_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
 void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_iq3_xxs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -350,6 +366,7 @@ TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
 TENSOR_X8_AVX512_DECL(q5_k);   /* pack_q5_k.c */
 TENSOR_X8_AVX512_DECL(iq4_nl); /* pack_iq4.c */
+TENSOR_X8_AVX512_DECL(mxfp4);
 TENSOR_X8_AVX512_DECL(iq4_xs);
 TENSOR_X8_AVX512_DECL(iq3_xxs);
 TENSOR_X8_AVX512_DECL(iq3_s);

@@ -1,4 +1,4 @@
-/* IQ4_NL x8, IQ4_XS x8 and the IQ3 x8 layouts: the packers and the kernels
+/* IQ4_NL x8, IQ4_XS x8, MXFP4 x8 and the 1-3 bit IQ x8 layouts: the packers and the kernels
  * at every level (pack_internal.h has the layouts and the float steps).
  *
  * Both types store 4-bit indices into one fixed table of 16 int8 values
@@ -23,6 +23,7 @@
  * row (4.6 bits a weight), and the kernels take the two halves of each
  * 32-element sub-block in separate sums. */
 #include "gguf/types.h"
+#include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
 #include "tensor/pack_internal.h"
@@ -114,6 +115,66 @@ void tensor_x8_iq4_nl_scalar(int64_t n, const void *w, const void *x, size_t xs,
                              size_t ys, int nt)
 {
     tensor_x8_scalar32(n, w, sizeof(block_iq4_nlx8), iq4_nlx8_isum, x, xs, y, ys, nt);
+}
+
+/* ------------------------------------------------------------ MXFP4 */
+
+/* MXFP4's codes are IQ4_NL's nibbles over another table (twice the E2M1
+ * values) and its scale an E8M0 exponent byte: its x8 block is IQ4_NL
+ * x8's with the 8 rows' exponents in place of the f16 scales, the same
+ * 136 bytes as 8 MXFP4 blocks. */
+bool tensor_x8_pack_mxfp4(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    block_mxfp4x8 *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        block_mxfp4x8 *o = &out[ib];
+        for (int r = 0; r < 8; r++) {
+            const block_mxfp4 *b =
+                (const block_mxfp4 *)((const char *)src + (size_t)r * src_row_bytes) + ib;
+            o->e[r] = b->e;
+            for (int m = 0; m < 4; m++)
+                for (int e = 0; e < 4; e++)
+                    o->qs[32 * m + 4 * r + e] =
+                        (uint8_t)(nibble_code(b->qs, x8_elem(2 * m, e)) |
+                                  nibble_code(b->qs, x8_elem(2 * m + 1, e)) << 4);
+        }
+    }
+    return true; /* every code fits */
+}
+
+void tensor_x8_row_mxfp4(const void *group, int64_t n, int r, void *dst)
+{
+    const block_mxfp4x8 *g = group;
+    block_mxfp4 *out = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+        out[ib].e = g[ib].e[r];
+        memset(out[ib].qs, 0, sizeof out[ib].qs);
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 4; e++)
+                nibble_put(out[ib].qs, x8_elem(j, e), x8_code(g[ib].qs, j, r, e));
+    }
+}
+
+void tensor_x8_mxfp4_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    const block_mxfp4x8 *wb = w;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *xb = (const block_q8_0 *)((const char *)x + (size_t)t * xs);
+        float acc[8] = {0};
+        for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+            const float dx = tensor_f16_to_f32(xb[ib].d);
+            for (int r = 0; r < 8; r++) {
+                int32_t isum = 0;
+                for (int j = 0; j < 8; j++)
+                    for (int e = 0; e < 4; e++)
+                        isum += tensor_mxfp4_values[x8_code(wb[ib].qs, j, r, e)] *
+                                xb[ib].qs[x8_elem(j, e)];
+                acc[r] = fmaf((float)isum, tensor_e8m0_half(wb[ib].e[r]) * dx, acc[r]);
+            }
+        }
+        for (int r = 0; r < 8; r++) y[(size_t)t * ys + r] = acc[r];
+    }
 }
 
 /* ------------------------------------------------------------ IQ4_XS */
@@ -359,20 +420,33 @@ void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, 
  * indices): maddubs(|v|, sign(x, v)) with |x| <= 127 (the Q8_0 quantizer's
  * clamp), each int16 pair at most 2 * 127 * 127 = 32258, widened to int32
  * at once by madd with ones. |isum| <= 32 * 127 * 127 < 2^19. */
-TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, size_t xs,
-                                      float *y, size_t ys, const int NT)
+/* The 8 E8M0 exponents at e as tensor_e8m0_half's floats. */
+TENSOR_AVX2_INLINE __m256 e8m0_half8(const uint8_t *e)
 {
-    const block_iq4_nlx8 *wb = w;
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(tiny, normal, _mm256_cmpgt_epi32(v, _mm256_set1_epi32(1))));
+}
+
+/* (With mx, MXFP4 x8: its table and its exponents in place of the f16
+ * scales, the codes 8 bytes into the block.) */
+TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, size_t xs,
+                                      float *y, size_t ys, const int NT, const bool mx)
+{
+    const size_t bb = mx ? sizeof(block_mxfp4x8) : sizeof(block_iq4_nlx8);
     const int64_t nb = n / TENSOR_QK;
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
-    const __m256i table =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tensor_iq4nl_values));
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(mx ? tensor_mxfp4_values : tensor_iq4nl_values)));
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const block_iq4_nlx8 *b = &wb[ib];
-        for (size_t off = 0; off < sizeof(block_iq4_nlx8); off += 64)
-            _mm_prefetch((const char *)b + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
+        const uint8_t *blk = (const uint8_t *)w + (size_t)ib * bb;
+        const uint8_t *qs = blk + (mx ? 8 : 16);
+        for (size_t off = 0; off < bb; off += 64)
+            _mm_prefetch((const char *)blk + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
         const block_q8_0 *xb[TENSOR_X8_MAX_T];
         __m256i isum[TENSOR_X8_MAX_T];
         for (int t = 0; t < NT; t++) {
@@ -380,7 +454,7 @@ TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, s
             isum[t] = _mm256_setzero_si256();
         }
         for (int m = 0; m < 4; m++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
             const __m256i v[2] = {
                 _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4)),
                 _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4))};
@@ -395,7 +469,8 @@ TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, s
                 }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+        const __m256 dw =
+            mx ? e8m0_half8(blk) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         for (int t = 0; t < NT; t++) {
             const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb[t]->d)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
@@ -408,10 +483,21 @@ TENSOR_AVX2_TARGET void tensor_x8_iq4_nl_avx2(int64_t n, const void *w, const vo
                                               size_t xs, float *y, size_t ys, int nt)
 {
     switch (nt) {
-    case 1: iq4_nlx8_tile(n, w, x, xs, y, ys, 1); break;
-    case 2: iq4_nlx8_tile(n, w, x, xs, y, ys, 2); break;
-    case 3: iq4_nlx8_tile(n, w, x, xs, y, ys, 3); break;
-    default: iq4_nlx8_tile(n, w, x, xs, y, ys, 4); break;
+    case 1: iq4_nlx8_tile(n, w, x, xs, y, ys, 1, false); break;
+    case 2: iq4_nlx8_tile(n, w, x, xs, y, ys, 2, false); break;
+    case 3: iq4_nlx8_tile(n, w, x, xs, y, ys, 3, false); break;
+    default: iq4_nlx8_tile(n, w, x, xs, y, ys, 4, false); break;
+    }
+}
+
+TENSOR_AVX2_TARGET void tensor_x8_mxfp4_avx2(int64_t n, const void *w, const void *x,
+                                              size_t xs, float *y, size_t ys, int nt)
+{
+    switch (nt) {
+    case 1: iq4_nlx8_tile(n, w, x, xs, y, ys, 1, true); break;
+    case 2: iq4_nlx8_tile(n, w, x, xs, y, ys, 2, true); break;
+    case 3: iq4_nlx8_tile(n, w, x, xs, y, ys, 3, true); break;
+    default: iq4_nlx8_tile(n, w, x, xs, y, ys, 4, true); break;
     }
 }
 
@@ -518,23 +604,41 @@ X8_AVX512_INLINE __m512i iq4_table_u8(const int8_t values[16])
  * the values plus 128, isum starting from the activation row's -128 *
  * (sum of the block's codes). |isum| <= 32 * 241 * 127 + 128 * 32 * 127
  * < 2^21. */
-X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
-                                  float *y, size_t ys, const int NG, const int NT)
+/* The 8 E8M0 exponents at a and the 8 at b as tensor_e8m0_half's floats
+ * (lane r = row r). */
+X8_AVX512_INLINE __m512 e8m0_scales(const uint8_t *a, const uint8_t *b, const int NG)
 {
-    const block_iq4_nlx8 *b0 = w;
-    const block_iq4_nlx8 *b1 = (const block_iq4_nlx8 *)((const char *)w + gs);
+    __m128i e = _mm_loadl_epi64((const __m128i *)a);
+    if (NG == 2) e = _mm_unpacklo_epi64(e, _mm_loadl_epi64((const __m128i *)b));
+    const __m512i v = _mm512_cvtepu8_epi32(e);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+    return _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), tiny, normal));
+}
+
+/* (With mx, MXFP4 x8: its table, values + 128 in 116..140, and its
+ * exponents.) */
+X8_AVX512_INLINE void iq4_nl_tile_(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                   float *y, size_t ys, const int NG, const int NT, const bool mx)
+{
+    const size_t bb = mx ? sizeof(block_mxfp4x8) : sizeof(block_iq4_nlx8), qo = mx ? 8 : 16;
     const int64_t nb = n / TENSOR_QK;
     const size_t sums_off = tensor_x8_sums_offset(n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), table = iq4_table_u8(tensor_iq4nl_values);
+    const __m512i m4 = _mm512_set1_epi8(0x0f),
+                  table = iq4_table_u8(mx ? tensor_mxfp4_values : tensor_iq4nl_values);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_iq4_nlx8), TENSOR_X8_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_iq4_nlx8), TENSOR_X8_PREFETCH_AHEAD);
-        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
+        const uint8_t *b0 = (const uint8_t *)w + (size_t)ib * bb;
+        const uint8_t *b1 = (const uint8_t *)w + gs + (size_t)ib * bb;
+        prefetch_lines(b0, bb, TENSOR_X8_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(b1, bb, TENSOR_X8_PREFETCH_AHEAD);
+        const __m512 dw = mx ? e8m0_scales(b0, b1, NG)
+                             : load_scales((const uint16_t *)b0, (const uint16_t *)b1, NG);
         __m512i c[8];
         for (int m = 0; m < 4; m++) {
-            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
+            const __m512i q = load_pair256(b0 + qo + 32 * m, b1 + qo + 32 * m, NG);
             c[2 * m] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
             c[2 * m + 1] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
         }
@@ -553,6 +657,18 @@ X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const voi
         }
     }
     for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+}
+
+X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                  float *y, size_t ys, const int NG, const int NT)
+{
+    iq4_nl_tile_(n, w, gs, x, xs, y, ys, NG, NT, false);
+}
+
+X8_AVX512_INLINE void mxfp4_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                 float *y, size_t ys, const int NG, const int NT)
+{
+    iq4_nl_tile_(n, w, gs, x, xs, y, ys, NG, NT, true);
 }
 
 /* IQ4_XS, 16 rows x NT tokens. Per sub-block s, VPDPBUSD of the values
@@ -685,6 +801,7 @@ IQ_TABLE_TILE(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TILE(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
 
 X8_AVX512_SET(iq4_nl)
+X8_AVX512_SET(mxfp4)
 X8_AVX512_SET(iq4_xs)
 X8_AVX512_SET(iq3_xxs)
 X8_AVX512_SET(iq3_s)

@@ -118,6 +118,7 @@ bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t 
     case STRATA_TYPE_Q6_K: row_q6_k((const void *)g, n_cols / TENSOR_QK_K, r, dst); return true;
     case STRATA_TYPE_Q5_K: tensor_x8_row_q5_k(g, n_cols, r, dst); return true;
     case STRATA_TYPE_IQ4_NL: tensor_x8_row_iq4_nl(g, n_cols, r, dst); return true;
+    case STRATA_TYPE_MXFP4: tensor_x8_row_mxfp4(g, n_cols, r, dst); return true;
     case STRATA_TYPE_IQ4_XS: tensor_x8_row_iq4_xs(g, n_cols, r, dst); return true;
     case STRATA_TYPE_F16:
     case STRATA_TYPE_BF16: tensor_x8_row_half(g, n_cols, r, dst); return true;

@@ -14,7 +14,7 @@
  *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE.
- * The 1-3 bit IQ types have no quantizer: their rows are random bytes (every
+ * The 1-3 bit IQ types and MXFP4 have no quantizer: their rows are random bytes (every
  * byte pattern is a valid block) with sane scales; the reference decodes
  * them by the decoder the GGUF-layout kernels use (iq_internal.h). */
 #include <setjmp.h>
@@ -52,7 +52,7 @@ static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TY
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
                                    STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S,
-                                   STRATA_TYPE_IQ1_M};
+                                   STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static bool is_half(uint32_t type)
@@ -209,6 +209,20 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
         return acc;
     }
     const block_q8_0 *x = xrow;
+    if (type == STRATA_TYPE_MXFP4) {
+        const block_mxfp4 *w = row;
+        for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+            int32_t isum = 0;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? w[ib].qs[i] & 15 : w[ib].qs[i - 16] >> 4;
+                isum += tensor_mxfp4_values[q] * x[ib].qs[i];
+            }
+            /* 2^(e - 128) */
+            const float dw = ldexpf(1.0f, (int)w[ib].e - 128);
+            acc = fmaf((float)isum, dw * tensor_f16_to_f32(x[ib].d), acc);
+        }
+        return acc;
+    }
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         int32_t isum = 0;
         uint16_t d;
@@ -284,6 +298,12 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_IQ4_XS) {
             block_iq4_xs *k = (block_iq4_xs *)w + b;
             k->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_MXFP4) {
+            /* exponents near 2^0, the subnormal scales of e = 0 and 1 in
+             * some blocks, 2^12 at the extreme */
+            block_mxfp4 *k = (block_mxfp4 *)w + b;
+            k->e = f == FILL_EXTREME ? 139 : b % 5 == 3 ? (uint8_t)(b % 2)
+                                       : (uint8_t)(120 + strata_rng_next(rng) % 16);
         } else if (type == STRATA_TYPE_IQ1_M) { /* d's nibbles top its 4 scale words */
             const uint16_t d = tensor_f32_to_f16(dv);
             uint16_t sw[4];
@@ -613,13 +633,13 @@ static void test_act_quant_levels(void **state)
 
 /* ---------------------------------------------------- (b) matmul */
 
-/* Quantized weights of real-looking (normal) values; the IQ types, which
- * have no quantizer, random blocks. */
+/* Quantized weights of real-looking (normal) values; the IQ types and
+ * MXFP4, which have no quantizer, random blocks. */
 static void *random_matrix(uint32_t type, int64_t n_rows, int64_t n, strata_rng *rng)
 {
     size_t rb = strata_type_row_bytes(type, n);
     char *w = malloc(rb * (size_t)n_rows);
-    if (is_iq_table(type)) {
+    if (is_iq_table(type) || type == STRATA_TYPE_MXFP4) {
         assert_non_null(w);
         fill_weights(type, w, n_rows, n, FILL_RANDOM, rng);
         return w;
