@@ -56,6 +56,7 @@ static const uint32_t k_types[] = {
     STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K, STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS,
     STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS,
     STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4,
+    STRATA_TYPE_TQ1_0, STRATA_TYPE_TQ2_0,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -321,10 +322,10 @@ static double measure_peak(strata_pool *pool, int kind)
 
 /* --- weights --- */
 
-/* The 1-3 bit IQ types and MXFP4 have no quantizer here: their rows are
- * random codes, each block's leading f16 scale (IQ1_M: spread over its
- * scales) set to 1/64, MXFP4's exponent to 1, so that no sum overflows to
- * inf or NaN. */
+/* The 1-3 bit IQ types, the ternary ones and MXFP4 have no quantizer
+ * here: their rows are random codes, each block's f16 scale (leading; the
+ * ternary types' trailing; IQ1_M's spread over its scales) set to 1/64,
+ * MXFP4's exponent to 1, so that no sum overflows to inf or NaN. */
 static bool random_codes(uint32_t type)
 {
     switch (type) {
@@ -335,7 +336,9 @@ static bool random_codes(uint32_t type)
     case STRATA_TYPE_IQ3_S:
     case STRATA_TYPE_IQ1_S:
     case STRATA_TYPE_IQ1_M:
-    case STRATA_TYPE_MXFP4: return true;
+    case STRATA_TYPE_MXFP4:
+    case STRATA_TYPE_TQ1_0:
+    case STRATA_TYPE_TQ2_0: return true;
     default: return false;
     }
 }
@@ -353,7 +356,9 @@ static void fill_random_codes(uint32_t type, char *row, size_t rb, int64_t n_col
     const size_t bb = rb / (size_t)(n_cols / 256);
     for (size_t b = 0; b < rb; b += bb) {
         const uint16_t d = 0x2400; /* 1/64 */
-        if (type == STRATA_TYPE_IQ1_M) { /* d's nibbles top each 16-bit scale word */
+        if (type == STRATA_TYPE_TQ1_0 || type == STRATA_TYPE_TQ2_0) {
+            memcpy(row + b + bb - 2, &d, 2);
+        } else if (type == STRATA_TYPE_IQ1_M) { /* d's nibbles top each 16-bit scale word */
             for (int k = 0; k < 4; k++) {
                 uint16_t v;
                 memcpy(&v, row + b + bb - 8 + 2 * k, 2);

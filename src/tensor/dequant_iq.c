@@ -1,6 +1,7 @@
 /* Decoding rows of the ternary (TQ1_0, TQ2_0) and MXFP4 types into
  * float32: the scalar reference, element by element in the order
  * blocks_iq.h describes. Registered in dequant.c's dispatch table. */
+#include "gguf/types.h"
 #include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
@@ -15,11 +16,12 @@ static inline int tq1_trit(uint8_t b, int k)
     return ((int)s * 3) >> 8;
 }
 
-void tensor_dequant_row_tq1_0(const void *src, float *dst, int64_t n)
+void tensor_tq_decode(uint32_t type, const void *block, tensor_iq_decoded *o)
 {
-    const block_tq1_0 *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++, b++) {
-        float d = tensor_f16_to_f32(b->d);
+    for (int s = 0; s < 16; s++) o->ls[s] = 1;
+    if (type == STRATA_TYPE_TQ1_0) {
+        const block_tq1_0 *b = block;
+        o->d = tensor_f16_to_f32(b->d);
         for (int i = 0; i < QK_K; i++) {
             int t;
             if (i < 160)
@@ -28,21 +30,33 @@ void tensor_dequant_row_tq1_0(const void *src, float *dst, int64_t n)
                 t = tq1_trit(b->qs[32 + (i - 160) % 16], (i - 160) / 16);
             else
                 t = tq1_trit(b->qh[(i - 240) % 4], (i - 240) / 4);
-            *dst++ = d * (float)(t - 1);
+            o->q[i] = (int8_t)(t - 1);
         }
+    } else {
+        const block_tq2_0 *b = block;
+        o->d = tensor_f16_to_f32(b->d);
+        for (int i = 0; i < QK_K; i++)
+            o->q[i] = (int8_t)(((b->qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3) - 1);
     }
+}
+
+static void dequant_tq(uint32_t type, size_t block_bytes, const void *src, float *dst, int64_t n)
+{
+    tensor_iq_decoded dec;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        tensor_tq_decode(type, (const char *)src + (size_t)ib * block_bytes, &dec);
+        for (int i = 0; i < QK_K; i++) *dst++ = dec.d * (float)dec.q[i];
+    }
+}
+
+void tensor_dequant_row_tq1_0(const void *src, float *dst, int64_t n)
+{
+    dequant_tq(STRATA_TYPE_TQ1_0, sizeof(block_tq1_0), src, dst, n);
 }
 
 void tensor_dequant_row_tq2_0(const void *src, float *dst, int64_t n)
 {
-    const block_tq2_0 *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++, b++) {
-        float d = tensor_f16_to_f32(b->d);
-        for (int i = 0; i < QK_K; i++) {
-            int q = (b->qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
-            *dst++ = d * (float)(q - 1);
-        }
-    }
+    dequant_tq(STRATA_TYPE_TQ2_0, sizeof(block_tq2_0), src, dst, n);
 }
 
 void tensor_dequant_row_mxfp4(const void *src, float *dst, int64_t n)

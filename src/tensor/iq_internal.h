@@ -1,6 +1,7 @@
 /* The one decoder of the IQ super-blocks that both the row decoders
  * (dequant_iq.c) and the scalar dot products (vecdot_iq_scalar.c) use, so
- * that the two cannot disagree on a layout. Internal to src/tensor/. */
+ * that the two cannot disagree on a layout, and the ternary types' decoder
+ * of the row decoders and the x8 packer. Internal to src/tensor/. */
 #ifndef STRATA_TENSOR_IQ_INTERNAL_H
 #define STRATA_TENSOR_IQ_INTERNAL_H
 
@@ -19,5 +20,9 @@ int tensor_iq_f_shift(uint32_t type);
 
 /* Decodes one block of IQ type `type` (tensor_iq_f_shift(type) >= 0). */
 void tensor_iq_decode(uint32_t type, const void *block, tensor_iq_decoded *out);
+
+/* Decodes one block of TQ1_0 or TQ2_0 the same way: q = the ternary digit
+ * - 1, every ls 1, f = 1 (w = d * q). */
+void tensor_tq_decode(uint32_t type, const void *block, tensor_iq_decoded *out);
 
 #endif

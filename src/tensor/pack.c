@@ -92,6 +92,14 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_iq1_m,
         {{.one = tensor_x8_iq1_m_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_iq1_m_avx2), AVX512(iq1_m)}};
+    static const x8_type tq1_0 = {
+        sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_tq1_0,
+        {{.one = tensor_x8_tq1_0_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_tq1_0_avx2), AVX512(tq1_0)}};
+    static const x8_type tq2_0 = {
+        sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_tq2_0,
+        {{.one = tensor_x8_tq2_0_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_tq2_0_avx2), AVX512(tq2_0)}};
     static const x8_type iq1_s = {
         sizeof(block_iq4_xsx8), TENSOR_QK_K, tensor_x8_pack_iq1_s,
         {{.one = tensor_x8_iq1_s_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -129,6 +137,8 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_IQ2_XS: return &iq2_xs;
     case STRATA_TYPE_IQ2_S: return &iq2_s;
     case STRATA_TYPE_IQ1_M: return &iq1_m;
+    case STRATA_TYPE_TQ1_0: return &tq1_0;
+    case STRATA_TYPE_TQ2_0: return &tq2_0;
     default: return NULL;
     }
 }
@@ -239,7 +249,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
     if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
         type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
         type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S || type == STRATA_TYPE_IQ2_XS ||
-        type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M)
+        type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M || type == STRATA_TYPE_TQ1_0 ||
+        type == STRATA_TYPE_TQ2_0)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
@@ -300,6 +311,8 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_IQ2_XS:
     case STRATA_TYPE_IQ2_S:
     case STRATA_TYPE_IQ1_M:
+    case STRATA_TYPE_TQ1_0:
+    case STRATA_TYPE_TQ2_0:
 #if defined(__x86_64__)
         if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
 #endif

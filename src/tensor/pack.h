@@ -1,8 +1,8 @@
 /* Row-interleaved ("x8") weight layouts.
  *
  * A matrix of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3 bit IQ
- * types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M), F16 or BF16
- * weights whose row
+ * types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M), TQ1_0, TQ2_0,
+ * F16 or BF16 weights whose row
  * count is a multiple of 8 can be repacked once, at load, so that each group of 8 consecutive rows
  * is stored block by block: the first block of all 8 rows, then the second
  * block of all 8, and so on, with the codes of the 8 rows interleaved 4 by
@@ -50,8 +50,8 @@ size_t tensor_pack_bytes(uint32_t type, int64_t n_rows, int64_t n_cols);
  * tensor_pack_available is false or a pointer is NULL; STRATA_ERANGE when
  * the data has a value the x8 layout does not take (a Q8_0 code of -128,
  * which no quantizer writes but a file could hold): the caller then keeps
- * the GGUF layout. The layouts of the 1-3 bit IQ types hold values, not the
- * codebook indices they came from, so they have no unpacker
+ * the GGUF layout. The layouts of the 1-3 bit IQ and the ternary types hold
+ * values, not the codes they came from, so they have no unpacker
  * (tensor_pack_row). dst is unspecified after an error. */
 int tensor_pack(uint32_t type, const void *src, int64_t n_rows, int64_t n_cols, void *dst);
 

@@ -30,6 +30,7 @@
  *   IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S: acc = fmaf((float)isum, (d_r * dx) * f,
  *                acc), isum as IQ4_XS's over the type's table; f = 1/4
  *                (IQ3_XXS), 1 (IQ3_S), 1/8 (IQ2_XXS, IQ1_S)
+ *   TQ1_0, TQ2_0: as IQ3_S (f = 1) over the values -1, 0, 1, every sc_s 1
  *   IQ2_XS, IQ2_S, IQ1_M: as IQ2_XXS with a scale per 16 elements, isum =
  *                sum_h sc_h * (v[q] . x over 16-element sub-block h)
  *   Q6_K:        acc = fmaf((float)isum, d_r * dx, acc)
@@ -169,7 +170,9 @@ typedef struct block_mxfp4x8 {
  *   (1, 7, 9; IQ1_S's 8 v + delta): index k is magnitude k & 7, negated
  *   when k & 8;
  * w = d * sc_s * f * value[q] with f = 1/4 (IQ3_XXS), 1 (IQ3_S) or 1/8,
- * the source's weights exactly. */
+ * the source's weights exactly. TQ1_0 x8 and TQ2_0 x8 are this block with
+ * every scale 1, f = 1 and the indices into tensor_tq_x8_values (-1, 0, 1
+ * and TQ2_0's 2). */
 typedef struct block_iq4_xsx8 {
     uint16_t d[8];
     int8_t sc[64];
@@ -191,6 +194,7 @@ extern const int8_t tensor_iq3xxs_x8_values[16];
 extern const int8_t tensor_iq3s_x8_values[16];
 extern const int8_t tensor_iq2xxs_x8_values[16];
 extern const int8_t tensor_iq1s_x8_values[16];
+extern const int8_t tensor_tq_x8_values[16];
 
 /* F16 / BF16 x8: a block is 8 elements of rows 0..7,
  *   w[8 j + r], j = 0..7: row r's element j (the type's 16-bit value,
@@ -254,6 +258,8 @@ bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void
 bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq2_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_tq1_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_tq2_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
@@ -291,6 +297,10 @@ void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, 
                             size_t ys, int nt);
 void tensor_x8_iq2_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
+void tensor_x8_tq1_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
+void tensor_x8_tq2_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt);
 void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
 void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -328,6 +338,10 @@ void tensor_x8_iq1_s_avx2(int64_t n, const void *w, const void *x, size_t xs, fl
                           size_t ys, int nt);
 void tensor_x8_iq2_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
+void tensor_x8_tq1_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
+void tensor_x8_tq2_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                          size_t ys, int nt);
 void tensor_x8_iq2_s_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                           size_t ys, int nt);
 void tensor_x8_iq1_m_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -373,6 +387,8 @@ TENSOR_X8_AVX512_DECL(iq3_s);
 TENSOR_X8_AVX512_DECL(iq2_xxs);
 TENSOR_X8_AVX512_DECL(iq1_s);
 TENSOR_X8_AVX512_DECL(iq2_xs);
+TENSOR_X8_AVX512_DECL(tq1_0);
+TENSOR_X8_AVX512_DECL(tq2_0);
 TENSOR_X8_AVX512_DECL(iq2_s);
 TENSOR_X8_AVX512_DECL(iq1_m);
 /* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to

@@ -21,7 +21,9 @@
  * and nearly three times their files' size. IQ2_XS, IQ2_S and IQ1_M (six
  * values too) have a scale per 16 elements: their blocks hold 16 scales a
  * row (4.6 bits a weight), and the kernels take the two halves of each
- * 32-element sub-block in separate sums. */
+ * 32-element sub-block in separate sums. The ternary TQ1_0 (1.7 bits) and
+ * TQ2_0 (2.1) take -1, 0 and 1 and one scale a super-block: the same
+ * layout with every sub-block's scale 1. */
 #include "gguf/types.h"
 #include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
@@ -238,6 +240,9 @@ const int8_t tensor_iq3xxs_x8_values[16] = {4,  12,  20,  28,  36,  44,  52,  62
  * delta +-1): six values each, the other indices unused. */
 const int8_t tensor_iq2xxs_x8_values[16] = {8, 25, 43, 0, 0, 0, 0, 0, -8, -25, -43, 0, 0, 0, 0, 0};
 const int8_t tensor_iq1s_x8_values[16] = {1, 7, 9, 0, 0, 0, 0, 0, -1, -7, -9, 0, 0, 0, 0, 0};
+/* TQ1_0's and TQ2_0's -1, 0, 1, and the 2 of a TQ2_0 code 3 (no quantizer
+ * writes one, but a file could hold it). */
+const int8_t tensor_tq_x8_values[16] = {0, 1, 2, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0};
 
 /* An x8 block of the table layouts: IQ4_XS x8 (8 scales a row) or, with
  * s16, the block with a scale per 16 elements (16 a row). */
@@ -270,8 +275,9 @@ static bool pack_iq_table(uint32_t type, const int8_t table[16], const bool s16,
         int8_t *osc = (int8_t *)o + 16;
         uint8_t *oqs = o + 16 + (s16 ? 128 : 64);
         for (int r = 0; r < 8; r++) {
-            tensor_iq_decode(type, (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb,
-                             &dec);
+            const char *blk = (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb;
+            if (type == STRATA_TYPE_TQ1_0 || type == STRATA_TYPE_TQ2_0) tensor_tq_decode(type, blk, &dec);
+            else tensor_iq_decode(type, blk, &dec);
             od[r] = tensor_f32_to_f16(dec.d); /* a widened f16: exact */
             for (int h = 0; h < 16; h++) {
                 if (s16) osc[8 * h + r] = dec.ls[h];
@@ -311,6 +317,16 @@ bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, vo
 bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
 {
     return pack_iq_table(STRATA_TYPE_IQ1_S, tensor_iq1s_x8_values, false, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_tq1_0(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_TQ1_0, tensor_tq_x8_values, false, src, src_row_bytes, n, dst);
+}
+
+bool tensor_x8_pack_tq2_0(const void *src, size_t src_row_bytes, int64_t n, void *dst)
+{
+    return pack_iq_table(STRATA_TYPE_TQ2_0, tensor_tq_x8_values, false, src, src_row_bytes, n, dst);
 }
 
 bool tensor_x8_pack_iq2_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
@@ -388,6 +404,18 @@ void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, 
                             size_t ys, int nt)
 {
     iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f, false);
+}
+
+void tensor_x8_tq1_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_tq_x8_values, 1.0f, false);
+}
+
+void tensor_x8_tq2_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                            size_t ys, int nt)
+{
+    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_tq_x8_values, 1.0f, false);
 }
 
 void tensor_x8_iq2_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -585,6 +613,8 @@ IQ_TABLE_AVX2(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
 IQ_TABLE_AVX2(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
 IQ_TABLE_AVX2(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
 IQ_TABLE_AVX2(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_AVX2(tq1_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_AVX2(tq2_0, tensor_tq_x8_values, 1.0f, false)
 IQ_TABLE_AVX2(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_AVX2(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_AVX2(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
@@ -796,6 +826,8 @@ IQ_TABLE_TILE(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
 IQ_TABLE_TILE(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
 IQ_TABLE_TILE(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
 IQ_TABLE_TILE(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_TILE(tq1_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_TILE(tq2_0, tensor_tq_x8_values, 1.0f, false)
 IQ_TABLE_TILE(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TILE(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TILE(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
@@ -807,6 +839,8 @@ X8_AVX512_SET(iq3_xxs)
 X8_AVX512_SET(iq3_s)
 X8_AVX512_SET(iq2_xxs)
 X8_AVX512_SET(iq1_s)
+X8_AVX512_SET(tq1_0)
+X8_AVX512_SET(tq2_0)
 X8_AVX512_SET(iq2_xs)
 X8_AVX512_SET(iq2_s)
 X8_AVX512_SET(iq1_m)

@@ -528,7 +528,7 @@ static void expect_same_logits(model *packed, model *plain, const int32_t *ids, 
 }
 
 /* Matrices of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3
- * bit IQ types, F16 and BF16 are repacked at load (tensor/pack.h);
+ * bit IQ types, TQ1_0, TQ2_0, F16 and BF16 are repacked at load (tensor/pack.h);
  * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
  * float rounding. */
 static void test_repack(void **state)
@@ -549,6 +549,8 @@ static void test_repack(void **state)
                                         "golden/models/llama-IQ2_S.gguf",
                                         "golden/models/llama-IQ1_M.gguf",
                                         "golden/models/llama-MXFP4.gguf",
+                                        "golden/models/llama-TQ1_0.gguf",
+                                        "golden/models/llama-TQ2_0.gguf",
                                         "golden/models/llama-F16.gguf",
                                         "golden/models/llama-BF16.gguf"};
     const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3, 7};

@@ -14,7 +14,7 @@
  *      one's bytes, special values included.
  *  (c) The API: which shapes and types pack, tensor_pack_bytes, errors, a
  *      Q8_0 code of -128 refused with STRATA_ERANGE.
- * The 1-3 bit IQ types and MXFP4 have no quantizer: their rows are random bytes (every
+ * The 1-3 bit IQ types, the ternary ones and MXFP4 have no quantizer here: their rows are random bytes (every
  * byte pattern is a valid block) with sane scales; the reference decodes
  * them by the decoder the GGUF-layout kernels use (iq_internal.h). */
 #include <setjmp.h>
@@ -52,7 +52,8 @@ static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TY
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
                                    STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S,
-                                   STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4};
+                                   STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4, STRATA_TYPE_TQ1_0,
+                                   STRATA_TYPE_TQ2_0};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static bool is_half(uint32_t type)
@@ -60,12 +61,19 @@ static bool is_half(uint32_t type)
     return type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16;
 }
 
-/* The 1-3 bit IQ types (x8 blocks over a table of the type's values). */
+static bool is_tq(uint32_t type)
+{
+    return type == STRATA_TYPE_TQ1_0 || type == STRATA_TYPE_TQ2_0;
+}
+
+/* The 1-3 bit IQ types and the ternary ones (x8 blocks over a table of the
+ * type's values). */
 static bool is_iq_table(uint32_t type)
 {
     return type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
            type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S ||
-           type == STRATA_TYPE_IQ2_XS || type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M;
+           type == STRATA_TYPE_IQ2_XS || type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M ||
+           is_tq(type);
 }
 
 static uint32_t act_type(uint32_t type)
@@ -131,10 +139,12 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
         /* w = (d * ls * f) * q with a scale ls per 16 elements */
         const block_q8_k *x = xrow;
         const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
-        const float f = 1.0f / (float)(1 << tensor_iq_f_shift(type));
+        const float f = is_tq(type) ? 1.0f : 1.0f / (float)(1 << tensor_iq_f_shift(type));
         tensor_iq_decoded dec;
         for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
-            tensor_iq_decode(type, (const char *)row + (size_t)ib * bb, &dec);
+            const char *blk = (const char *)row + (size_t)ib * bb;
+            if (is_tq(type)) tensor_tq_decode(type, blk, &dec);
+            else tensor_iq_decode(type, blk, &dec);
             int32_t isum = 0;
             for (int i = 0; i < TENSOR_QK_K; i++) isum += dec.ls[i / 16] * dec.q[i] * x[ib].qs[i];
             acc = fmaf((float)isum, (dec.d * x[ib].d) * f, acc);
@@ -312,6 +322,10 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
             for (int i = 0; i < 4; i++)
                 sw[i] = (uint16_t)((sw[i] & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
             memcpy(k->scales, sw, 8);
+        } else if (is_tq(type)) { /* d ends the ternary blocks */
+            const uint16_t d = tensor_f32_to_f16(dv);
+            const size_t bb = strata_type_row_bytes(type, TENSOR_QK_K);
+            memcpy((char *)w + (size_t)b * bb + bb - 2, &d, 2);
         } else if (is_iq_table(type)) { /* d leads the other IQ blocks */
             const uint16_t d = tensor_f32_to_f16(dv);
             memcpy((char *)w + (size_t)b * strata_type_row_bytes(type, TENSOR_QK_K), &d, 2);
@@ -887,7 +901,7 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_S, 8, 512), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ1_M, 8, 256), sizeof(block_iq_s16x8));
-    assert_false(tensor_pack_available(STRATA_TYPE_TQ2_0, 8, 256)); /* no x8 layout */
+    assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 256)); /* no x8 layout */
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};

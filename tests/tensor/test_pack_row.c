@@ -93,6 +93,8 @@ static void test_refuses_what_has_no_layout(void **state)
     assert_false(tensor_pack_row(STRATA_TYPE_IQ2_XS, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ2_S, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ1_M, packed, 8, 256, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_TQ1_0, packed, 8, 256, 0, dst));
+    assert_false(tensor_pack_row(STRATA_TYPE_TQ2_0, packed, 8, 256, 0, dst));
     for (size_t i = 0; i < sizeof(dst); i++) assert_int_equal(dst[i], 0x11);
 }
 
