@@ -62,6 +62,16 @@ static int x8_elem(int j, int e)
     return 8 * (j / 2) + 4 * (j % 2) + e;
 }
 
+/* Row r's 32 codes in Q4_0's nibble layout (16 bytes at src) into 128
+ * interleaved bytes at dst (IQ4_NL x8's and MXFP4 x8's codes). */
+static void nl_codes_put(const uint8_t *src, uint8_t *dst, int r)
+{
+    for (int m = 0; m < 4; m++)
+        for (int e = 0; e < 4; e++)
+            dst[32 * m + 4 * r + e] = (uint8_t)(nibble_code(src, x8_elem(2 * m, e)) |
+                                                nibble_code(src, x8_elem(2 * m + 1, e)) << 4);
+}
+
 /* ------------------------------------------------------------ IQ4_NL */
 
 bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, void *dst)
@@ -73,11 +83,7 @@ bool tensor_x8_pack_iq4_nl(const void *src, size_t src_row_bytes, int64_t n, voi
             const block_iq4_nl *b =
                 (const block_iq4_nl *)((const char *)src + (size_t)r * src_row_bytes) + ib;
             o->d[r] = b->d;
-            for (int m = 0; m < 4; m++)
-                for (int e = 0; e < 4; e++)
-                    o->qs[32 * m + 4 * r + e] =
-                        (uint8_t)(nibble_code(b->qs, x8_elem(2 * m, e)) |
-                                  nibble_code(b->qs, x8_elem(2 * m + 1, e)) << 4);
+            nl_codes_put(b->qs, o->qs, r);
         }
     }
     return true; /* every index fits */
@@ -90,16 +96,21 @@ static int x8_code(const uint8_t *qs, int j, int r, int e)
     return j % 2 ? q >> 4 : q & 15;
 }
 
+/* The inverse of nl_codes_put: row r's codes back into 16 bytes at dst. */
+static void nl_codes_get(const uint8_t *src, uint8_t *dst, int r)
+{
+    memset(dst, 0, 16);
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) nibble_put(dst, x8_elem(j, e), x8_code(src, j, r, e));
+}
+
 void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst)
 {
     const block_iq4_nlx8 *g = group;
     block_iq4_nl *out = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         out[ib].d = g[ib].d[r];
-        memset(out[ib].qs, 0, sizeof out[ib].qs);
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++)
-                nibble_put(out[ib].qs, x8_elem(j, e), x8_code(g[ib].qs, j, r, e));
+        nl_codes_get(g[ib].qs, out[ib].qs, r);
     }
 }
 
@@ -134,11 +145,7 @@ bool tensor_x8_pack_mxfp4(const void *src, size_t src_row_bytes, int64_t n, void
             const block_mxfp4 *b =
                 (const block_mxfp4 *)((const char *)src + (size_t)r * src_row_bytes) + ib;
             o->e[r] = b->e;
-            for (int m = 0; m < 4; m++)
-                for (int e = 0; e < 4; e++)
-                    o->qs[32 * m + 4 * r + e] =
-                        (uint8_t)(nibble_code(b->qs, x8_elem(2 * m, e)) |
-                                  nibble_code(b->qs, x8_elem(2 * m + 1, e)) << 4);
+            nl_codes_put(b->qs, o->qs, r);
         }
     }
     return true; /* every code fits */
@@ -150,10 +157,7 @@ void tensor_x8_row_mxfp4(const void *group, int64_t n, int r, void *dst)
     block_mxfp4 *out = dst;
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         out[ib].e = g[ib].e[r];
-        memset(out[ib].qs, 0, sizeof out[ib].qs);
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++)
-                nibble_put(out[ib].qs, x8_elem(j, e), x8_code(g[ib].qs, j, r, e));
+        nl_codes_get(g[ib].qs, out[ib].qs, r);
     }
 }
 
