@@ -380,65 +380,23 @@ static void iq_table_scalar(int64_t n, const void *w, const void *x, size_t xs, 
     }
 }
 
-void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                             size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq4nl_values, 1.0f, false);
-}
+#define IQ_TABLE_SCALAR(name, values, f, s16)                                                 \
+    void tensor_x8_##name##_scalar(int64_t n, const void *w, const void *x, size_t xs,        \
+                                   float *y, size_t ys, int nt)                               \
+    {                                                                                         \
+        iq_table_scalar(n, w, x, xs, y, ys, nt, values, f, s16);                              \
+    }
 
-void tensor_x8_iq3_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                              size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3xxs_x8_values, 0.25f, false);
-}
-
-void tensor_x8_iq3_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq3s_x8_values, 1.0f, false);
-}
-
-void tensor_x8_iq2_xxs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                              size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, false);
-}
-
-void tensor_x8_iq1_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f, false);
-}
-
-void tensor_x8_tq1_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_tq_x8_values, 1.0f, false);
-}
-
-void tensor_x8_tq2_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_tq_x8_values, 1.0f, false);
-}
-
-void tensor_x8_iq2_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                             size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, true);
-}
-
-void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq2xxs_x8_values, 0.125f, true);
-}
-
-void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
-                            size_t ys, int nt)
-{
-    iq_table_scalar(n, w, x, xs, y, ys, nt, tensor_iq1s_x8_values, 0.125f, true);
-}
+IQ_TABLE_SCALAR(iq4_xs, tensor_iq4nl_values, 1.0f, false)
+IQ_TABLE_SCALAR(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
+IQ_TABLE_SCALAR(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
+IQ_TABLE_SCALAR(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
+IQ_TABLE_SCALAR(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_SCALAR(tq1_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_SCALAR(tq2_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_SCALAR(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_SCALAR(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_SCALAR(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
 
 #if defined(__x86_64__)
 
