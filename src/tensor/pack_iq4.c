@@ -303,51 +303,6 @@ static bool pack_iq_table(uint32_t type, const int8_t table[16], const bool s16,
     return true;
 }
 
-bool tensor_x8_pack_iq3_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ3_XXS, tensor_iq3xxs_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq3_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ3_S, tensor_iq3s_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq2_xxs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ2_XXS, tensor_iq2xxs_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq1_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ1_S, tensor_iq1s_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_tq1_0(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_TQ1_0, tensor_tq_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_tq2_0(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_TQ2_0, tensor_tq_x8_values, false, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq2_xs(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ2_XS, tensor_iq2xxs_x8_values, true, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ2_S, tensor_iq2xxs_x8_values, true, src, src_row_bytes, n, dst);
-}
-
-bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst)
-{
-    return pack_iq_table(STRATA_TYPE_IQ1_M, tensor_iq1s_x8_values, true, src, src_row_bytes, n, dst);
-}
-
 /* The reference: pack_internal.h's float steps, one (row, token) pair at a
  * time, the integer sums element by element; table-layout blocks (s16:
  * a scale per 16 elements) with the values of `table` and the factor f (1
@@ -387,16 +342,25 @@ static void iq_table_scalar(int64_t n, const void *w, const void *x, size_t xs, 
         iq_table_scalar(n, w, x, xs, y, ys, nt, values, f, s16);                              \
     }
 
+/* A type of the table layouts (IQ4_XS's packer and row are its own): its
+ * packer and its scalar reference. */
+#define IQ_TABLE_TYPE(name, TYPE, values, f, s16)                                             \
+    bool tensor_x8_pack_##name(const void *src, size_t src_row_bytes, int64_t n, void *dst)  \
+    {                                                                                         \
+        return pack_iq_table(STRATA_TYPE_##TYPE, values, s16, src, src_row_bytes, n, dst);    \
+    }                                                                                         \
+    IQ_TABLE_SCALAR(name, values, f, s16)
+
 IQ_TABLE_SCALAR(iq4_xs, tensor_iq4nl_values, 1.0f, false)
-IQ_TABLE_SCALAR(iq3_xxs, tensor_iq3xxs_x8_values, 0.25f, false)
-IQ_TABLE_SCALAR(iq3_s, tensor_iq3s_x8_values, 1.0f, false)
-IQ_TABLE_SCALAR(iq2_xxs, tensor_iq2xxs_x8_values, 0.125f, false)
-IQ_TABLE_SCALAR(iq1_s, tensor_iq1s_x8_values, 0.125f, false)
-IQ_TABLE_SCALAR(tq1_0, tensor_tq_x8_values, 1.0f, false)
-IQ_TABLE_SCALAR(tq2_0, tensor_tq_x8_values, 1.0f, false)
-IQ_TABLE_SCALAR(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
-IQ_TABLE_SCALAR(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
-IQ_TABLE_SCALAR(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
+IQ_TABLE_TYPE(iq3_xxs, IQ3_XXS, tensor_iq3xxs_x8_values, 0.25f, false)
+IQ_TABLE_TYPE(iq3_s, IQ3_S, tensor_iq3s_x8_values, 1.0f, false)
+IQ_TABLE_TYPE(iq2_xxs, IQ2_XXS, tensor_iq2xxs_x8_values, 0.125f, false)
+IQ_TABLE_TYPE(iq1_s, IQ1_S, tensor_iq1s_x8_values, 0.125f, false)
+IQ_TABLE_TYPE(tq1_0, TQ1_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_TYPE(tq2_0, TQ2_0, tensor_tq_x8_values, 1.0f, false)
+IQ_TABLE_TYPE(iq2_xs, IQ2_XS, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_TYPE(iq2_s, IQ2_S, tensor_iq2xxs_x8_values, 0.125f, true)
+IQ_TABLE_TYPE(iq1_m, IQ1_M, tensor_iq1s_x8_values, 0.125f, true)
 
 #if defined(__x86_64__)
 
