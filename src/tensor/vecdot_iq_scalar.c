@@ -4,7 +4,8 @@
  * once per block:
  *   TQ1_0, TQ2_0:  sum += (d_w * d_x) * (sum_i t_i x_i - sum_i x_i)
  *                  (t the stored ternary digit 0..2, w = d (t - 1); the
- *                  sum of x is Q8_K's bsums);
+ *                  SIMD kernels take the sum of x from Q8_K's bsums, this
+ *                  one sums (t - 1) x, the same integer);
  *   MXFP4:         sum += (2^(e-128) * d_x) * sum_i v_i x_i
  *                  (v twice the E2M1 value, an integer).
  *   IQ types:      see vd_iq below.
@@ -20,58 +21,30 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static int tq1_trit(uint8_t b, int k)
+/* TQ1_0, TQ2_0: the digits decoded by tensor_tq_decode (q = t - 1), whose
+ * dot product is the same integer as sum_i t_i x_i - sum_i x_i. */
+static float vd_tq(uint32_t type, size_t block_bytes, int64_t n, const void *w, const void *x)
 {
-    uint8_t s = (uint8_t)(b * tensor_tq1_pow3[k]);
-    return ((int)s * 3) >> 8;
-}
-
-static int bsum_total(const block_q8_k *x)
-{
-    int s = 0;
-    for (int j = 0; j < TENSOR_QK_K / 16; j++)
-        s += x->bsums[j];
-    return s;
+    const block_q8_k *xb = x;
+    tensor_iq_decoded dec;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+        tensor_tq_decode(type, (const char *)w + (size_t)ib * block_bytes, &dec);
+        int isum = 0;
+        for (int i = 0; i < TENSOR_QK_K; i++) isum += dec.q[i] * xb[ib].qs[i];
+        sum += (dec.d * xb[ib].d) * (float)isum;
+    }
+    return sum;
 }
 
 static float vd_tq1_0(int64_t n, const void *w, const void *x)
 {
-    const block_tq1_0 *wb = w;
-    const block_q8_k *xb = x;
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
-        const int8_t *xq = xb[ib].qs;
-        int isum = 0;
-        for (int k = 0; k < 5; k++)
-            for (int m = 0; m < 32; m++)
-                isum += tq1_trit(wb[ib].qs[m], k) * xq[32 * k + m];
-        for (int k = 0; k < 5; k++)
-            for (int m = 0; m < 16; m++)
-                isum += tq1_trit(wb[ib].qs[32 + m], k) * xq[160 + 16 * k + m];
-        for (int k = 0; k < 4; k++)
-            for (int m = 0; m < 4; m++)
-                isum += tq1_trit(wb[ib].qh[m], k) * xq[240 + 4 * k + m];
-        isum -= bsum_total(&xb[ib]);
-        sum += (tensor_f16_to_f32(wb[ib].d) * xb[ib].d) * (float)isum;
-    }
-    return sum;
+    return vd_tq(STRATA_TYPE_TQ1_0, sizeof(block_tq1_0), n, w, x);
 }
 
 static float vd_tq2_0(int64_t n, const void *w, const void *x)
 {
-    const block_tq2_0 *wb = w;
-    const block_q8_k *xb = x;
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
-        int isum = 0;
-        for (int i = 0; i < TENSOR_QK_K; i++) {
-            int q = (wb[ib].qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
-            isum += q * xb[ib].qs[i];
-        }
-        isum -= bsum_total(&xb[ib]);
-        sum += (tensor_f16_to_f32(wb[ib].d) * xb[ib].d) * (float)isum;
-    }
-    return sum;
+    return vd_tq(STRATA_TYPE_TQ2_0, sizeof(block_tq2_0), n, w, x);
 }
 
 static float vd_mxfp4(int64_t n, const void *w, const void *x)
