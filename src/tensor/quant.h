@@ -2,7 +2,7 @@
  *
  * Supported types (tensor_type_supported): F32, F16, BF16, the legacy
  * block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, the non-linear IQ4_NL and IQ4_XS, and the activation types
+ * Q5_K, Q6_K, the non-linear IQ4_NL and IQ4_XS, MXFP4, and the activation types
  * Q8_1 (pairs with Q4_1/Q5_1) and Q8_K (pairs with the K-quants). Block
  * layouts are in blocks.h.
  *

@@ -208,14 +208,15 @@ TENSOR_ROW_FNS(q6_k)
 TENSOR_ROW_FNS(q8_k)
 TENSOR_ROW_FNS(iq4_nl)
 TENSOR_ROW_FNS(iq4_xs)
+TENSOR_ROW_FNS(mxfp4)
 
 #undef TENSOR_ROW_FNS
 
-/* Decode-only types (dequant_iq.c): no encoder. */
+/* Decode-only types (dequant_iq.c): no encoder. (MXFP4's decoder is there
+ * too; its encoder is in quantize.c.) */
 #define TENSOR_DEQUANT_FN(name) void tensor_dequant_row_##name(const void *src, float *dst, int64_t n);
 TENSOR_DEQUANT_FN(tq1_0)
 TENSOR_DEQUANT_FN(tq2_0)
-TENSOR_DEQUANT_FN(mxfp4)
 TENSOR_DEQUANT_FN(iq2_xxs)
 TENSOR_DEQUANT_FN(iq2_xs)
 TENSOR_DEQUANT_FN(iq2_s)

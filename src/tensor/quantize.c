@@ -1,5 +1,5 @@
 /* Encoding float32 rows into GGUF tensor types: the float types, the legacy
- * blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1), IQ4_NL, and the
+ * blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1), IQ4_NL, MXFP4, and the
  * dispatch table. The K-quants and IQ4_XS are in quantize_k.c; the scale
  * searches in quant_search.c.
  *
@@ -10,6 +10,7 @@
  * d = max|x| / 127 and round x / d: one pass, exact on the largest value,
  * and what the matmul kernels expect. */
 #include "tensor/quant.h"
+#include "tensor/blocks_iq.h"
 #include "tensor/quant_internal.h"
 
 #include <float.h>
@@ -241,6 +242,58 @@ void tensor_quant_row_q8_k(const float *src, void *dst, int64_t n)
     }
 }
 
+/* MXFP4: a power-of-two scale 2^(e - 127) per 32 values and each value the
+ * nearest of the 16 E2M1 codes times it. Two exponents are tried: the
+ * smallest that holds the block's largest magnitude within the top code 6,
+ * and the one below it (which clips the largest values to 6 but halves
+ * every step); the one with the smaller squared error is kept (the larger on
+ * a tie). A zero block takes e = 127 and zero codes; a non-finite largest
+ * magnitude takes e = 254, the largest finite scale. */
+static float mxfp4_codes(const float *x, uint8_t e, uint8_t *qs)
+{
+    const float d = tensor_e8m0_half(e); /* the table holds doubled values */
+    float sse = 0;
+    memset(qs, 0, 16);
+    for (int j = 0; j < TENSOR_QK; j++) {
+        int best = 0;
+        float best_err = fabsf(x[j]);
+        for (int q = 1; q < 16; q++) {
+            float err = fabsf(x[j] - d * (float)tensor_mxfp4_values[q]);
+            if (err < best_err) {
+                best_err = err;
+                best = q;
+            }
+        }
+        sse += best_err * best_err;
+        qs[j & 15] |= (uint8_t)(j < 16 ? best : best << 4);
+    }
+    return sse;
+}
+
+void tensor_quant_row_mxfp4(const float *src, void *dst, int64_t n)
+{
+    block_mxfp4 *b = dst;
+    for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, b++, src += TENSOR_QK) {
+        const float amax = amax32(src, TENSOR_QK);
+        int e = 127;
+        if (!(amax <= FLT_MAX)) {
+            e = 254;
+        } else if (amax > 0) {
+            int k;
+            const float m = frexpf(amax / 6.0f, &k); /* amax / 6 = m 2^k, m in [0.5, 1) */
+            e = 127 + (m == 0.5f ? k - 1 : k);
+        }
+        e = e < 1 ? 1 : e > 254 ? 254 : e;
+        uint8_t qs[16];
+        b->e = (uint8_t)e;
+        const float sse = mxfp4_codes(src, b->e, b->qs);
+        if (amax > 0 && mxfp4_codes(src, (uint8_t)(e - 1), qs) < sse) {
+            b->e = (uint8_t)(e - 1);
+            memcpy(b->qs, qs, 16);
+        }
+    }
+}
+
 /* --- dispatch --- */
 
 static const tensor_quant_fn k_quant[STRATA_TYPE_COUNT] = {
@@ -261,6 +314,7 @@ static const tensor_quant_fn k_quant[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_Q8_K] = tensor_quant_row_q8_k,
     [STRATA_TYPE_IQ4_NL] = tensor_quant_row_iq4_nl,
     [STRATA_TYPE_IQ4_XS] = tensor_quant_row_iq4_xs,
+    [STRATA_TYPE_MXFP4] = tensor_quant_row_mxfp4,
 };
 
 tensor_quant_fn tensor_get_quant(uint32_t type)

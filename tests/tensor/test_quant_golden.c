@@ -262,6 +262,7 @@ static const struct {
     {LLAMA("Q6_K"), STRATA_TYPE_Q6_K, 1.1},
     {LLAMA("IQ4_NL"), STRATA_TYPE_IQ4_NL, 1.1},
     {LLAMA("IQ4_XS"), STRATA_TYPE_IQ4_XS, 1.1},
+    {LLAMA("MXFP4"), STRATA_TYPE_MXFP4, 1.0}, /* 0.956: the second exponent tried */
 #undef LLAMA
     {"golden/models/qwen2-Q8_0.gguf", "golden/models/qwen2-F32.gguf", STRATA_TYPE_Q8_0, 1.1},
     {"golden/models/qwen2-Q4_K.gguf", "golden/models/qwen2-F32.gguf", STRATA_TYPE_Q4_K, 1.1},
@@ -368,6 +369,7 @@ static void test_reencode_reproduces_file(void **state)
         {"golden/models/llama-IQ4_NL.gguf", 1, 1},
         {"golden/models/llama-Q2_K.gguf", 1, 1},
         {"golden/models/llama-IQ4_XS.gguf", 1, 1},
+        {"golden/models/llama-MXFP4.gguf", 1, 1},
         {"golden/models/llama-Q6_K.gguf", 0, 1},     /* bytes 4542/5632, values all */
         {"golden/models/llama-Q3_K.gguf", 0, 0.99},  /* values 5590/5632 */
         {"golden/models/llama-Q4_K.gguf", 0, 0.999}, /* values 5629/5632 */
