@@ -1,5 +1,5 @@
-/* `strata mkmodel --preset NAME --type TYPE [--vocab-from FILE] [--seed S]
- * -o OUT.gguf`: writes a random-weight model (see src/model/mkmodel.h). */
+/* `strata mkmodel --preset NAME --type TYPE [--expert-type TYPE]
+ * [--vocab-from FILE] [--seed S] -o OUT.gguf`: writes a random-weight model (see src/model/mkmodel.h). */
 #include "cli.h"
 
 #include "base/err.h"
@@ -15,16 +15,18 @@ static void mkmodel_usage(FILE *f)
 {
     size_t n;
     const model_preset *p = model_preset_list(&n);
-    fprintf(f, "usage: strata mkmodel --preset NAME --type TYPE [--vocab-from FILE] [--seed S] "
-               "[-t N] -o OUT.gguf\n\npresets:\n");
-    for (size_t i = 0; i < n; i++) fprintf(f, "  %-10s %s\n", p[i].name, p[i].about);
+    fprintf(f, "usage: strata mkmodel --preset NAME --type TYPE [--expert-type TYPE] "
+               "[--vocab-from FILE] [--seed S] [-t N] -o OUT.gguf\n\npresets:\n");
+    for (size_t i = 0; i < n; i++) fprintf(f, "  %-13s %s\n", p[i].name, p[i].about);
     fprintf(f, "\ntypes:");
     for (uint32_t t = 0; t < STRATA_TYPE_COUNT; t++) {
         if (tensor_type_supported(t) && t != STRATA_TYPE_Q8_1 && t != STRATA_TYPE_Q8_K) {
             fprintf(f, " %s", strata_type_name(t));
         }
     }
-    fprintf(f, "\n\n  --vocab-from FILE  copy the tokenizer of another GGUF (and its vocabulary size)\n"
+    fprintf(f, "\n\n  --expert-type TYPE the experts' type in a mixture of experts (default: --type;\n"
+               "                     gpt-oss files hold them in MXFP4)\n"
+               "  --vocab-from FILE  copy the tokenizer of another GGUF (and its vocabulary size)\n"
                "  --seed S           seed of the weights (default 1)\n"
                "  -t, --threads N    threads that draw and quantize (default: the CPUs)\n"
                "  --quiet            no progress on stderr\n");
@@ -33,7 +35,7 @@ static void mkmodel_usage(FILE *f)
 int cmd_mkmodel(int argc, char **argv)
 {
     model_make_opts o = {.seed = 1, .type = STRATA_TYPE_COUNT, .n_threads = cli_default_threads()};
-    const char *preset = NULL, *type = NULL;
+    const char *preset = NULL, *type = NULL, *expert_type = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -49,6 +51,8 @@ int cmd_mkmodel(int argc, char **argv)
             preset = argv[++i];
         } else if (strcmp(a, "--type") == 0) {
             type = argv[++i];
+        } else if (strcmp(a, "--expert-type") == 0) {
+            expert_type = argv[++i];
         } else if (strcmp(a, "--vocab-from") == 0) {
             o.vocab_from = argv[++i];
         } else if (strcmp(a, "--seed") == 0) {
@@ -82,13 +86,23 @@ int cmd_mkmodel(int argc, char **argv)
         mkmodel_usage(stderr);
         return 2;
     }
-    int t = strata_type_from_name(type);
-    if (t < 0 || !tensor_type_supported((uint32_t)t) || t == STRATA_TYPE_Q8_1 ||
-        t == STRATA_TYPE_Q8_K) {
-        fprintf(stderr, "strata mkmodel: type '%s' cannot be written (see --help)\n", type);
+    for (int k = 0; k < 2; k++) {
+        const char *name = k == 0 ? type : expert_type;
+        if (name == NULL) continue;
+        int t = strata_type_from_name(name);
+        if (t < 0 || !tensor_type_supported((uint32_t)t) || t == STRATA_TYPE_Q8_1 ||
+            t == STRATA_TYPE_Q8_K) {
+            fprintf(stderr, "strata mkmodel: type '%s' cannot be written (see --help)\n", name);
+            return 2;
+        }
+        if (k == 0) o.type = (uint32_t)t;
+        else o.expert_type = (uint32_t)t;
+    }
+    o.has_expert_type = expert_type != NULL;
+    if (o.has_expert_type && o.preset->n_expert == 0) {
+        fprintf(stderr, "strata mkmodel: --expert-type: preset '%s' has no experts\n", preset);
         return 2;
     }
-    o.type = (uint32_t)t;
     strata_err err;
     if (model_make(&o, &err) != 0) {
         fprintf(stderr, "strata mkmodel: %s\n", err.msg);

@@ -71,6 +71,55 @@ static const model_preset g_presets[] = {
         .n_vocab = 32064, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
         .fused = true,
     },
+    {
+        /* Gemma 2 2B: the window (4096) on every other layer and the
+         * soft-caps (50, 30) are the arch's defaults, as in its files */
+        .name = "gemma2-2b", .arch = "gemma2",
+        .about = "Gemma-2-2B shapes: 2304 wide, 26 layers, 8/4 heads of 256, FFN 9216, "
+                 "vocab 256000, window 4096 on every other layer",
+        .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4, .n_ff = 9216,
+        .n_vocab = 256000, .n_ctx_train = 8192, .rope_freq_base = 10000.0, .rms_eps = 1e-6,
+        .tied_output = true, .head_dim = 256, .post_norms = true, .n_swa = 4096,
+    },
+    {
+        /* no rope in every 4th layer: the arch's rule, no key */
+        .name = "smollm3-3b", .arch = "smollm3",
+        .about = "SmolLM3-3B shapes: 2048 wide, 36 layers, 16/4 heads, FFN 11008, "
+                 "vocab 128256, no rope in every 4th layer",
+        .n_embd = 2048, .n_layer = 36, .n_head = 16, .n_head_kv = 4, .n_ff = 11008,
+        .n_vocab = 128256, .n_ctx_train = 65536, .rope_freq_base = 5000000.0, .rms_eps = 1e-6,
+        .tied_output = true,
+    },
+    {
+        .name = "ministral3-3b", .arch = "mistral3",
+        .about = "Ministral-3-3B shapes: 3072 wide, 26 layers, 32/8 heads of 128, FFN 9216, "
+                 "vocab 131072, YaRN x16 from 16384, query temperature 0.1",
+        .n_embd = 3072, .n_layer = 26, .n_head = 32, .n_head_kv = 8, .n_ff = 9216,
+        .n_vocab = 131072, .n_ctx_train = 262144, .rope_freq_base = 1000000.0, .rms_eps = 1e-5,
+        .tied_output = true, .head_dim = 128, .yarn_factor = 16.0, .yarn_orig_ctx = 16384,
+        .yarn_log_mul = 1.0, .attn_temp_scale = 0.1,
+    },
+    {
+        /* Mixtral's layout (llama with ffn_*_exps) at Llama-3.2-1B's
+         * attention: 6.7B parameters, 1.9B of them active per token */
+        .name = "mixtral-8x1b", .arch = "llama",
+        .about = "Mixtral layout at Llama-3.2-1B's width: 2048 wide, 16 layers, 32/8 heads, "
+                 "8 experts of FFN 8192, 2 per token, vocab 32000",
+        .n_embd = 2048, .n_layer = 16, .n_head = 32, .n_head_kv = 8, .n_ff = 8192,
+        .n_vocab = 32000, .n_ctx_train = 32768, .rope_freq_base = 1000000.0, .rms_eps = 1e-5,
+        .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 8192,
+    },
+    {
+        /* gpt-oss-20b: 20.9B parameters, 3.6B active; its files hold the
+         * experts in MXFP4 (--expert-type MXFP4) and the rest in Q8_0 */
+        .name = "gpt-oss-20b", .arch = "gpt-oss",
+        .about = "gpt-oss-20b shapes: 2880 wide, 24 layers, 64/8 heads of 64, 32 experts of "
+                 "FFN 2880, 4 per token, vocab 201088, window 128 on every other layer, sinks",
+        .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .n_ff = 2880,
+        .n_vocab = 201088, .n_ctx_train = 131072, .rope_freq_base = 150000.0, .rms_eps = 1e-5,
+        .head_dim = 64, .qkv_bias = true, .n_swa = 128, .n_expert = 32, .n_expert_used = 4,
+        .n_ff_exp = 2880, .gpt_oss_tensors = true, .yarn_factor = 32.0, .yarn_orig_ctx = 4096,
+    },
 };
 
 const model_preset *model_preset_find(const char *name)
@@ -168,7 +217,7 @@ static int64_t preset_head_dim(const model_preset *p)
  * (with gemma3's q/k and post norms and phi3's fused matrices where the
  * preset asks). */
 static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t type,
-                        int64_t n_vocab)
+                        uint32_t expert_type, int64_t n_vocab)
 {
     int64_t head_dim = preset_head_dim(p);
     int64_t n_q = p->n_head * head_dim, n_kv = p->n_head_kv * head_dim;
@@ -191,6 +240,10 @@ static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t
             rc |= add_spec(c, cap, BLK("attn_v.bias"), type, n_kv, 0, FILL_BIAS);
         }
         rc |= add_spec(c, cap, BLK("attn_output.weight"), type, n_q, p->n_embd, FILL_MATRIX);
+        if (p->gpt_oss_tensors) {
+            rc |= add_spec(c, cap, BLK("attn_output.bias"), type, p->n_embd, 0, FILL_BIAS);
+            rc |= add_spec(c, cap, BLK("attn_sinks.weight"), type, p->n_head, 0, FILL_BIAS);
+        }
         if (p->qk_norm) {
             rc |= add_spec(c, cap, BLK("attn_q_norm.weight"), type, head_dim, 0, FILL_NORM);
             rc |= add_spec(c, cap, BLK("attn_k_norm.weight"), type, head_dim, 0, FILL_NORM);
@@ -199,18 +252,30 @@ static int plan_tensors(make_ctx *c, size_t cap, const model_preset *p, uint32_t
             rc |= add_spec(c, cap, BLK("post_attention_norm.weight"), type, p->n_embd, 0,
                            FILL_NORM);
         }
-        rc |= add_spec(c, cap, BLK("ffn_norm.weight"), type, p->n_embd, 0, FILL_NORM);
+        /* gpt-oss names the FFN's norm after the attention */
+        rc |= add_spec(c, cap, BLK(p->gpt_oss_tensors ? "post_attention_norm.weight"
+                                                       : "ffn_norm.weight"),
+                       type, p->n_embd, 0, FILL_NORM);
         if (p->n_expert > 0) {
             /* the router stays F32, as converters write it and quantizers
              * leave it */
             rc |= add_spec(c, cap, BLK("ffn_gate_inp.weight"), STRATA_TYPE_F32, p->n_embd,
                            p->n_expert, FILL_MATRIX);
-            rc |= add_experts(c, cap, BLK("ffn_gate_exps.weight"), type, p->n_embd, p->n_ff_exp,
-                              p->n_expert);
-            rc |= add_experts(c, cap, BLK("ffn_up_exps.weight"), type, p->n_embd, p->n_ff_exp,
-                              p->n_expert);
-            rc |= add_experts(c, cap, BLK("ffn_down_exps.weight"), type, p->n_ff_exp, p->n_embd,
-                              p->n_expert);
+            rc |= add_experts(c, cap, BLK("ffn_gate_exps.weight"), expert_type, p->n_embd,
+                              p->n_ff_exp, p->n_expert);
+            rc |= add_experts(c, cap, BLK("ffn_up_exps.weight"), expert_type, p->n_embd,
+                              p->n_ff_exp, p->n_expert);
+            rc |= add_experts(c, cap, BLK("ffn_down_exps.weight"), expert_type, p->n_ff_exp,
+                              p->n_embd, p->n_expert);
+            if (p->gpt_oss_tensors) {
+                rc |= add_spec(c, cap, BLK("ffn_gate_inp.bias"), type, p->n_expert, 0, FILL_BIAS);
+                rc |= add_spec(c, cap, BLK("ffn_gate_exps.bias"), type, p->n_ff_exp, p->n_expert,
+                               FILL_BIAS);
+                rc |= add_spec(c, cap, BLK("ffn_up_exps.bias"), type, p->n_ff_exp, p->n_expert,
+                               FILL_BIAS);
+                rc |= add_spec(c, cap, BLK("ffn_down_exps.bias"), type, p->n_embd, p->n_expert,
+                               FILL_BIAS);
+            }
         } else {
             if (p->fused) {
                 rc |= add_spec(c, cap, BLK("ffn_up.weight"), type, p->n_embd, 2 * p->n_ff,
@@ -307,6 +372,7 @@ static int32_t file_type_of(uint32_t type)
     case STRATA_TYPE_IQ4_NL: return 25;
     case STRATA_TYPE_IQ4_XS: return 30;
     case STRATA_TYPE_BF16: return 32;
+    case STRATA_TYPE_MXFP4: return 38; /* MXFP4_MOE */
     default: return -1;
     }
 }
@@ -405,14 +471,22 @@ static int copy_vocab(gguf_writer *w, const char *path, int64_t *n_vocab, strata
     return rc;
 }
 
-static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, strata_err *err)
+static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, uint32_t expert_type,
+                       strata_err *err)
 {
     char key[128];
     int rc = gguf_writer_add_str(w, "general.architecture", p->arch, err);
     char name[96];
-    snprintf(name, sizeof(name), "strata-%s-%s", p->name, strata_type_name(type));
+    if (expert_type != type && p->n_expert > 0) {
+        snprintf(name, sizeof(name), "strata-%s-%s-%s", p->name, strata_type_name(type),
+                 strata_type_name(expert_type));
+    } else {
+        snprintf(name, sizeof(name), "strata-%s-%s", p->name, strata_type_name(type));
+    }
     if (rc == 0) rc = gguf_writer_add_str(w, "general.name", name, err);
-    int32_t ft = file_type_of(type);
+    /* MXFP4 experts: llama.cpp's MXFP4_MOE file type, as its quantizer
+     * writes for gpt-oss */
+    int32_t ft = p->n_expert > 0 && expert_type == STRATA_TYPE_MXFP4 ? 38 : file_type_of(type);
     if (rc == 0 && ft >= 0) rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)ft, err);
 #define ARCH_U32(suffix, val)                                                   \
     if (rc == 0) {                                                              \
@@ -444,6 +518,14 @@ static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, str
     }
     if (p->n_swa > 0) ARCH_U32("attention.sliding_window", p->n_swa);
     if (p->swa_pattern > 0) ARCH_U32("attention.sliding_window_pattern", p->swa_pattern);
+    if (p->yarn_factor > 0) {
+        snprintf(key, sizeof(key), "%s.rope.scaling.type", p->arch);
+        if (rc == 0) rc = gguf_writer_add_str(w, key, "yarn", err);
+        ARCH_F32("rope.scaling.factor", p->yarn_factor);
+        ARCH_U32("rope.scaling.original_context_length", p->yarn_orig_ctx);
+        if (p->yarn_log_mul != 0) ARCH_F32("rope.scaling.yarn_log_multiplier", p->yarn_log_mul);
+    }
+    if (p->attn_temp_scale != 0) ARCH_F32("attention.temperature_scale", p->attn_temp_scale);
 #undef ARCH_U32
 #undef ARCH_F32
     return rc;
@@ -452,23 +534,25 @@ static int add_hparams(gguf_writer *w, const model_preset *p, uint32_t type, str
 int model_make(const model_make_opts *o, strata_err *err)
 {
     const model_preset *p = o->preset;
-    if (!tensor_type_supported(o->type)) {
+    const uint32_t expert_type = o->has_expert_type ? o->expert_type : o->type;
+    if (!tensor_type_supported(o->type) || !tensor_type_supported(expert_type)) {
         return strata_err_set(err, STRATA_EINVAL, "type %s cannot be written by mkmodel",
-                              strata_type_name(o->type));
+                              strata_type_name(tensor_type_supported(o->type) ? expert_type
+                                                                              : o->type));
     }
     gguf_writer *w = gguf_writer_new();
     if (w == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     make_ctx c = {.seed = o->seed, .quiet = o->quiet, .last_pct = -10};
     int64_t n_vocab = p->n_vocab;
 
-    int rc = add_hparams(w, p, o->type, err);
+    int rc = add_hparams(w, p, o->type, expert_type, err);
     if (rc == 0) {
         rc = o->vocab_from ? copy_vocab(w, o->vocab_from, &n_vocab, err)
                            : add_builtin_vocab(w, n_vocab, p->arch, err);
         if (o->vocab_from == NULL && n_vocab < 258) n_vocab = 258;
     }
 
-    size_t cap = 8 + (size_t)p->n_layer * 16;
+    size_t cap = 8 + (size_t)p->n_layer * 24;
     c.specs = calloc(cap, sizeof(*c.specs));
     c.row_cap = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
     if (p->n_ff_exp > c.row_cap) c.row_cap = p->n_ff_exp;
@@ -479,7 +563,7 @@ int model_make(const model_make_opts *o, strata_err *err)
     if (rc == 0 && (c.specs == NULL || c.rows == NULL || c.pool == NULL)) {
         rc = strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
-    if (rc == 0 && plan_tensors(&c, cap, p, o->type, n_vocab) != 0) {
+    if (rc == 0 && plan_tensors(&c, cap, p, o->type, expert_type, n_vocab) != 0) {
         rc = strata_err_set(err, STRATA_EINVAL, "internal: tensor plan overflow");
     }
     for (size_t i = 0; i < c.n_specs && rc == 0; i++) {

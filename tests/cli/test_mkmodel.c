@@ -324,6 +324,93 @@ static void test_moe_file(void **state)
     run_result_free(&r);
 }
 
+/* The presets of the other architectures, at test size: each file loads
+ * with its arch's features on (windows, soft-caps, YaRN and the query
+ * temperature, the missing rope, sinks and biases, experts in their own
+ * type), and `strata bench` runs its prefill and decode. */
+static void test_arch_presets(void **state)
+{
+    (void)state;
+    static const char *names[] = {"gemma2-2b", "smollm3-3b", "ministral3-3b", "mixtral-8x1b",
+                                  "gpt-oss-20b"};
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        const model_preset *real = model_preset_find(names[k]);
+        assert_non_null(real);
+        model_preset p = *real;
+        p.n_embd = 256;
+        p.n_layer = 4;
+        p.n_head = 4;
+        p.n_head_kv = 2;
+        p.head_dim = p.head_dim > 0 ? 64 : 0;
+        p.n_ff = 128;
+        p.n_vocab = 512;
+        if (p.n_expert > 0) {
+            p.n_expert = 4;
+            p.n_expert_used = 2;
+            p.n_ff_exp = 128;
+        }
+        if (p.n_swa > 0) p.n_swa = 8;
+        if (p.yarn_factor > 0) p.yarn_orig_ctx = 64;
+        char path[4200];
+        scratch(path, sizeof(path), "arch-preset.gguf");
+        const bool mxfp4 = p.gpt_oss_tensors;
+        model_make_opts o = {.preset = &p, .type = STRATA_TYPE_Q8_0, .seed = 5, .out_path = path,
+                             .quiet = true, .n_threads = 2, .has_expert_type = mxfp4,
+                             .expert_type = STRATA_TYPE_MXFP4};
+        strata_err err;
+        if (model_make(&o, &err) != 0) fail_msg("%s: model_make: %s", names[k], err.msg);
+
+        gguf *g = open_ok(path);
+        gguf_str arch = gguf_arch(g);
+        assert_int_equal(arch.len, strlen(p.arch));
+        assert_memory_equal(arch.ptr, p.arch, arch.len);
+        if (p.n_expert > 0) {
+            const gguf_tensor *up = gguf_find_tensor(g, "blk.3.ffn_up_exps.weight");
+            assert_non_null(up);
+            assert_int_equal(up->type, mxfp4 ? STRATA_TYPE_MXFP4 : STRATA_TYPE_Q8_0);
+            assert_int_equal(up->ne[2], 4);
+        }
+        gguf_close(g);
+
+        model *m = NULL;
+        if (model_open(&m, path, &err) != 0) fail_msg("%s: %s", names[k], err.msg);
+        const model_hparams *hp = &m->hp;
+        assert_int_equal(hp->n_layer, 4);
+        assert_int_equal(hp->n_expert, p.n_expert);
+        switch (k) {
+        case 0: /* gemma2: the window and both soft-caps by default */
+            assert_int_equal(hp->n_swa, 8);
+            assert_true(hp->attn_softcap == 50.0f && hp->final_softcap == 30.0f);
+            break;
+        case 1:
+            assert_int_equal(hp->no_rope_step, 4);
+            break;
+        case 2:
+            assert_true(hp->rope_yarn);
+            assert_int_equal(hp->n_ctx_orig, 64);
+            assert_true(fabsf(hp->attn_temp_scale - 0.1f) < 1e-7f);
+            break;
+        case 4: /* gpt-oss */
+            assert_int_equal(hp->n_swa, 8);
+            assert_true(hp->rope_yarn);
+            assert_non_null(m->layers[0].sinks);
+            assert_non_null(m->layers[0].bo);
+            assert_non_null(m->layers[0].ffn_gate_inp_b);
+            break;
+        default:
+            break;
+        }
+        model_close(m);
+
+        const char *argv[] = {STRATA_BIN, "bench", "-m", path, "-p", "16", "-n", "4", "-r", "1",
+                              "--json", NULL};
+        run_result r;
+        assert_int_equal(run_capture(argv, &r), 0);
+        if (r.status != 0) fail_msg("%s: bench failed: %s", names[k], r.err);
+        run_result_free(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_presets_are_the_documented_shapes),
         cmocka_unit_test(test_moe_file),
+        cmocka_unit_test(test_arch_presets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
