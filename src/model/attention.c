@@ -94,14 +94,11 @@ static int64_t window_lo(const model_attn_args *a, int64_t p)
 }
 
 /* Scores sg[0..nv) of block b's rows, already scaled: soft-capped
- * (c tanh(s / c), the division as a product by 1/c) and masked to -inf
- * before lo. Scalar and element-wise: the same bits in both loops. */
+ * (c tanh(s / c), tensor_softcap) and masked to -inf before lo.
+ * Element-wise: the same bits in both loops. */
 static void scores_finish(const model_attn_args *a, float *sg, int64_t nv, int64_t b, int64_t lo)
 {
-    if (a->softcap > 0.0f) {
-        const float c = a->softcap, inv_c = 1.0f / a->softcap;
-        for (int64_t j = 0; j < nv; j++) sg[j] = c * tanhf(sg[j] * inv_c);
-    }
+    if (a->softcap > 0.0f) tensor_softcap(sg, a->softcap, nv);
     const int64_t row0 = b * a->kv->block_tokens;
     for (int64_t j = 0; j < nv && row0 + j < lo; j++) sg[j] = -INFINITY;
 }

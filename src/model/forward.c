@@ -630,9 +630,7 @@ static int forward_chunk(model_ctx *ctx, const int32_t *tokens, const int32_t *s
     rc = matmul(ctx, &m->output, ctx->xn, n_want, logits_out, err);
     if (rc == 0 && hp->final_softcap > 0.0f) {
         /* gemma2: logits -> c tanh(logits / c) */
-        const float c = hp->final_softcap, inv_c = 1.0f / hp->final_softcap;
-        for (int64_t i = 0; i < n_want * hp->n_vocab; i++)
-            logits_out[i] = c * tanhf(logits_out[i] * inv_c);
+        tensor_softcap(logits_out, hp->final_softcap, n_want * hp->n_vocab);
     }
     return rc;
 }

@@ -144,6 +144,12 @@ static void gelu_scalar(float *out, const float *x, int64_t n)
     }
 }
 
+static void softcap_scalar(float *x, float c, int64_t n)
+{
+    const float inv_c = 1.0f / c;
+    for (int64_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] * inv_c);
+}
+
 static void add_scalar(float *out, const float *a, const float *b, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -186,6 +192,7 @@ const tensor_ops tensor_ops_scalar = {
     .exp = exp_scalar,
     .silu = silu_scalar,
     .gelu = gelu_scalar,
+    .softcap = softcap_scalar,
     .add = add_scalar,
     .mul = mul_scalar,
     .scale = scale_scalar,
@@ -257,6 +264,11 @@ void tensor_silu(float *out, const float *x, int64_t n)
 void tensor_gelu(float *out, const float *x, int64_t n)
 {
     tensor_ops_active()->gelu(out, x, n);
+}
+
+void tensor_softcap(float *x, float c, int64_t n)
+{
+    tensor_ops_active()->softcap(x, c, n);
 }
 
 void tensor_add(float *out, const float *a, const float *b, int64_t n)

@@ -62,6 +62,13 @@
  * (measured 1.7e-7 * (1 + |d|)). */
 #define TENSOR_TOL_SOFTMAX_REL 4e-7
 #define TENSOR_TOL_SOFTMAX_ABS 1e-44
+/* softcap = c tanh(x / c): an absolute bound in units of the cap c, since
+ * the SIMD variant takes tanh as (1 - e^-2|y|) / (1 + e^-2|y|), whose
+ * 1 - e^-2|y| loses relative (not absolute) accuracy near 0: the product
+ * x (1/c) moves tanh by at most 0.45 of its rounding, exp's 2 ulp, the
+ * sum, difference, quotient and final product a rounding each
+ * (measured 1.7e-7 c). */
+#define TENSOR_TOL_SOFTCAP_ABS 4e-7
 /* dot: n products fused into 32 running sums (each sees n/32 roundings),
  * then 5 levels of the tree; the classic worst-case bound, relative to
  * sum |a_i b_i| (random data lands ~50x inside it). */
@@ -121,6 +128,12 @@ void tensor_silu(float *out, const float *x, int64_t n);
  * table for |x| < 10, which is less accurate than this.) */
 void tensor_gelu(float *out, const float *x, int64_t n);
 
+/* x[i] = c tanh(x[i] / c), in place (Gemma 2's soft-capping of attention
+ * scores and of the final logits), the division taken as a product by
+ * 1 / c as GGML does. c > 0. +-inf gives +-c, NaN gives NaN. Within
+ * TENSOR_TOL_SOFTCAP_ABS * c of the exact value. */
+void tensor_softcap(float *x, float c, int64_t n);
+
 /* out[i] = a[i] + b[i]. Exact IEEE operations: bit-identical everywhere. */
 void tensor_add(float *out, const float *a, const float *b, int64_t n);
 
@@ -155,6 +168,7 @@ typedef struct tensor_ops {
     void (*exp)(float *out, const float *x, int64_t n);
     void (*silu)(float *out, const float *x, int64_t n);
     void (*gelu)(float *out, const float *x, int64_t n);
+    void (*softcap)(float *x, float c, int64_t n);
     void (*add)(float *out, const float *a, const float *b, int64_t n);
     void (*mul)(float *out, const float *a, const float *b, int64_t n);
     void (*scale)(float *x, float s, int64_t n);

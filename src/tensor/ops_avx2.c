@@ -107,6 +107,20 @@ AVX2_TARGET static inline __m256 avx2_gelu(__m256 x)
     return _mm256_div_ps(x, _mm256_add_ps(one, e));
 }
 
+/* c tanh(x (1/c)) per lane, tanh |y| as (1 - e^-2|y|) / (1 + e^-2|y|)
+ * with y's sign: e^-2|y| is in [0, 1], so neither overflows, and +-inf
+ * comes out +-1 (the exp's clamp turns -inf into 0). */
+AVX2_TARGET static inline __m256 avx2_softcap(__m256 x, __m256 c, __m256 inv_c)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 y = _mm256_mul_ps(x, inv_c);
+    __m256 a = _mm256_andnot_ps(sign, y);
+    __m256 t = avx2_exp(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f)));
+    __m256 th = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+    return _mm256_mul_ps(c, _mm256_or_ps(th, _mm256_and_ps(sign, y)));
+}
+
 /* Adds the 8 floats of v, widened to double, into the 16-lane double sum
  * of ops.c: v holds elements i..i+7 with i = 0 or 8 mod 16, which belong to
  * lanes half*8 + 0..7, i.e. to acc[2*half] (lanes +0..3) and acc[2*half+1]
@@ -347,6 +361,17 @@ AVX2_TARGET static void gelu_avx2(float *out, const float *x, int64_t n)
     AVX2_UNARY_LOOP(out, x, n, avx2_gelu);
 }
 
+AVX2_TARGET static void softcap_avx2(float *x, float c, int64_t n)
+{
+    const __m256 cv = _mm256_set1_ps(c), inv_c = _mm256_set1_ps(1.0f / c);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, avx2_softcap(_mm256_loadu_ps(x + i), cv, inv_c));
+    if (i < n) {
+        __m256i m = avx2_mask(n - i);
+        _mm256_maskstore_ps(x + i, m, avx2_softcap(_mm256_maskload_ps(x + i, m), cv, inv_c));
+    }
+}
+
 AVX2_TARGET static void add_avx2(float *out, const float *a, const float *b, int64_t n)
 {
     AVX2_BINARY_LOOP(out, a, b, n, _mm256_add_ps);
@@ -410,6 +435,7 @@ const tensor_ops tensor_ops_avx2 = {
     .exp = exp_avx2,
     .silu = silu_avx2,
     .gelu = gelu_avx2,
+    .softcap = softcap_avx2,
     .add = add_avx2,
     .mul = mul_avx2,
     .scale = scale_avx2,

@@ -147,6 +147,48 @@ static void test_exp_accuracy_over_a_sweep_of_floats(void **state)
     free(y);
 }
 
+/* c tanh(x / c) for the caps Gemma 2 uses (30 on the logits, 50 on the
+ * attention scores) and a small one, over inputs from well inside the cap
+ * to far beyond it, against tanh in double; then the exact points. */
+static void test_softcap_matches_tanh(void **state)
+{
+    (void)state;
+    const tensor_ops *v[3];
+    int n_var = variants(v);
+    enum { N = 20003 };
+    float *x = row_new(N), *y = row_new(N);
+    const float caps[] = {30.0f, 50.0f, 0.75f};
+    for (int k = 0; k < n_var; k++) {
+        double worst = 0.0;
+        for (int ci = 0; ci < 3; ci++) {
+            const float c = caps[ci];
+            for (int rep = 0; rep < 4; rep++) {
+                rng_seed(300 + (uint64_t)rep);
+                fill(x, N, (rep + 1) * 1.5 * c);
+                x[0] = 1e-30f; /* tiny inputs, where 1 - e^-2|y| cancels */
+                x[1] = -3e-6f * c;
+                memcpy(y, x, (size_t)N * sizeof(float));
+                v[k]->softcap(y, c, N);
+                for (int64_t i = 0; i < N; i++) {
+                    double want = (double)c * tanh((double)x[i] / (double)c);
+                    double err = fabs((double)y[i] - want) / c;
+                    if (err > worst) worst = err;
+                    expect_close("softcap", v[k]->name, N, i, y[i], want, TENSOR_TOL_SOFTCAP_ABS * c);
+                    assert_true(fabsf(y[i]) <= c);
+                    if (x[i] != 0.0f) assert_true((y[i] < 0) == (x[i] < 0)); /* odd */
+                }
+            }
+        }
+        printf("softcap %s: worst error %.3g c\n", v[k]->name, worst);
+        float s[6] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f};
+        v[k]->softcap(s, 30.0f, 6);
+        assert_true(s[0] == 0.0f && s[1] == 0.0f && s[2] == 30.0f && s[3] == -30.0f && isnan(s[4]) &&
+                    s[5] == 30.0f);
+    }
+    free(x);
+    free(y);
+}
+
 static void test_silu_gelu_swiglu_match_the_exact_functions(void **state)
 {
     (void)state;
@@ -602,8 +644,8 @@ enum { MAXN = 4099, PAD = 16 };
 /* Runs one op of t on rows at float offset `off` into guarded buffers and
  * returns the output (n floats) in out. The buffers around the output are
  * filled with a sentinel that must survive. */
-typedef enum { OP_EXP, OP_SILU, OP_GELU, OP_SWIGLU, OP_ADD, OP_MUL, OP_SCALE, OP_RMSNORM, OP_RMSNORM_NOW, OP_SOFTMAX, OP_DOT, OP_COUNT } op_id;
-static const char *const op_names[OP_COUNT] = {"exp", "silu", "gelu", "swiglu", "add", "mul", "scale", "rmsnorm", "rmsnorm(w=NULL)", "softmax", "dot"};
+typedef enum { OP_EXP, OP_SILU, OP_GELU, OP_SWIGLU, OP_ADD, OP_MUL, OP_SCALE, OP_SOFTCAP, OP_RMSNORM, OP_RMSNORM_NOW, OP_SOFTMAX, OP_DOT, OP_COUNT } op_id;
+static const char *const op_names[OP_COUNT] = {"exp", "silu", "gelu", "swiglu", "add", "mul", "scale", "softcap", "rmsnorm", "rmsnorm(w=NULL)", "softmax", "dot"};
 
 static void run_op(const tensor_ops *t, op_id op, const float *a_src, const float *b_src, int64_t n, int off, float *out)
 {
@@ -621,6 +663,7 @@ static void run_op(const tensor_ops *t, op_id op, const float *a_src, const floa
     case OP_ADD: t->add(o, a, b, n); break;
     case OP_MUL: t->mul(o, a, b, n); break;
     case OP_SCALE: memcpy(o, a, (size_t)n * sizeof(float)); t->scale(o, 1.7f, n); break;
+    case OP_SOFTCAP: memcpy(o, a, (size_t)n * sizeof(float)); t->softcap(o, 5.0f, n); break;
     case OP_RMSNORM: t->rmsnorm(o, a, b, n, 1e-6f); break;
     case OP_RMSNORM_NOW: t->rmsnorm(o, a, NULL, n, 1e-6f); break;
     case OP_SOFTMAX: memcpy(o, a, (size_t)n * sizeof(float)); t->softmax(o, n); break;
@@ -639,7 +682,7 @@ static void run_op(const tensor_ops *t, op_id op, const float *a_src, const floa
 
 static int op_is_elementwise(op_id op)
 {
-    return op <= OP_SCALE;
+    return op <= OP_SOFTCAP;
 }
 
 static int op_is_bit_exact_across_variants(op_id op)
@@ -712,6 +755,7 @@ static void test_simd_variants_agree_with_scalar(void **state)
                     case OP_SILU: tol = 2 * TENSOR_TOL_SILU_REL * fabs(r) + 2 * TENSOR_TOL_ACT_ABS; break;
                     case OP_SWIGLU: tol = 2 * TENSOR_TOL_SWIGLU_REL * fabs(r) + 2 * TENSOR_TOL_ACT_ABS; break;
                     case OP_GELU: tol = 2 * TENSOR_TOL_GELU_REL * (1 + fabs(ref_gelu_y2(a[i]))) * fabs(r) + 2 * TENSOR_TOL_ACT_ABS; break;
+                    case OP_SOFTCAP: tol = 2 * TENSOR_TOL_SOFTCAP_ABS * 5.0; break;
                     default: { /* softmax */
                         double max = -INFINITY;
                         for (int64_t j = 0; j < nn; j++) max = a[j] > max ? a[j] : max;
@@ -794,6 +838,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_accuracy_over_a_sweep_of_floats),
         cmocka_unit_test(test_silu_gelu_swiglu_match_the_exact_functions),
+        cmocka_unit_test(test_softcap_matches_tanh),
         cmocka_unit_test(test_rmsnorm_matches_double_reference),
         cmocka_unit_test(test_softmax_stable_and_normalised),
         cmocka_unit_test(test_add_mul_scale_are_exact),
