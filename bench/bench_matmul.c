@@ -29,7 +29,10 @@
  *
  *   bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]
  *                [--threads 1,2] [--reps N] [--no-prefill] [--working-set MB]
+ *                [--bandwidth-only]
  *
+ * --bandwidth-only measures the read loop and stops (bench/compare.sh
+ * measures it beside every model it runs).
  * STRATA_CPU=scalar|avx2|avx512 caps the SIMD level (base/cpu.h). */
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -463,13 +466,14 @@ static void bench_bf16_dot(int64_t n_rows, int64_t n_cols, int64_t n_tok, int re
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_matmul [--types q4_0,q8_0,...] [--rows N] [--cols N] [--tokens N]\n"
-                    "                    [--threads 1,2] [--reps N] [--no-prefill] [--working-set MB]\n");
+                    "                    [--threads 1,2] [--reps N] [--no-prefill] [--working-set MB]\n"
+                    "                    [--bandwidth-only]\n");
 }
 
 int main(int argc, char **argv)
 {
     int64_t n_rows = 8192, n_cols = 2048, n_tok = 512;
-    int threads[8] = {1, 2}, n_threads_list = 2, reps = 15, prefill = 1;
+    int threads[8] = {1, 2}, n_threads_list = 2, reps = 15, prefill = 1, bw_only = 0;
     size_t working_set = default_working_set();
     bool want[STRATA_TYPE_COUNT];
     for (size_t i = 0; i < STRATA_TYPE_COUNT; i++) want[i] = false;
@@ -502,6 +506,7 @@ int main(int argc, char **argv)
             free(list);
             i++;
         } else if (!strcmp(a, "--no-prefill")) prefill = 0;
+        else if (!strcmp(a, "--bandwidth-only")) bw_only = 1;
         else if (!strcmp(a, "--working-set") && v) {
             long long mb = atoll(argv[++i]);
             if (mb < 1 || mb > (1 << 20)) {
@@ -551,6 +556,10 @@ int main(int argc, char **argv)
         printf("# read bandwidth, %d thread(s): %.2f GB/s\n", threads[p], bw[p]);
     }
     free(bw_buf);
+    if (bw_only) {
+        for (int p = 0; p < n_threads_list; p++) strata_pool_free(pools[p]);
+        return 0;
+    }
 
     /* arithmetic peak of the prefill thread count (the last one) */
     strata_pool *ppool = pools[n_threads_list - 1];

@@ -76,13 +76,22 @@ fi
 
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-# The machine's read bandwidth: bench_matmul's read loop over 4x the LLC.
-bw_line=$("$here/build/bench/bench_matmul" --types q8_0 --no-prefill --threads "$threads" \
-    --reps 3 2>/dev/null | grep -E '^# (cpu|read bandwidth)' || true)
-bw=$(printf '%s\n' "$bw_line" | sed -n 's/^# read bandwidth.*: \([0-9.]*\) GB\/s.*/\1/p')
+# The machine's read bandwidth: bench_matmul's read loop over 4x the LLC,
+# measured right before each model's runs (a shared machine's bandwidth
+# drifts by a third within minutes), so each decode row is set against the
+# median of the loops that ran beside it.
+read_bw() {
+    "$here/build/bench/bench_matmul" --bandwidth-only --threads "$threads" --reps 3 2>/dev/null \
+        | sed -n 's/^# read bandwidth.*: \([0-9.]*\) GB\/s.*/\1/p'
+}
+cpu_line=$("$here/build/bench/bench_matmul" --bandwidth-only --threads "$threads" 2>/dev/null \
+    | grep -E '^# cpu' || true)
 
 for round in $(seq 1 "$rounds"); do
     for m in "${models[@]}"; do
+        bw=$(read_bw)
+        [ -n "$bw" ] && jq -nc --arg m "$m" --argjson bw "$bw" --argjson round "$round" \
+            '{engine: "read loop", round: $round, model: $m, bw: $bw}' >> "$results"
         "$strata" bench -m "$m" -p "$prompt" -n "$gen" -t "$threads" -r "$reps" --json \
             | jq -c --argjson round "$round" \
                 '{engine: "strata", round: $round, model, test, decode_bytes, tps: .median}' \
@@ -103,19 +112,24 @@ for round in $(seq 1 "$rounds"); do
 done
 
 echo "# bench/compare.sh -t $threads -p $prompt -n $gen -r $reps --rounds $rounds   ($(date -u +%Y-%m-%d), $(nproc) CPUs)"
-printf '%s\n' "$bw_line"
+printf '%s\n' "$cpu_line"
+jq -rn --slurpfile r "$results" --arg t "$threads" '
+  [$r[] | select(.engine == "read loop") | .bw] | sort |
+  if length == 0 then "# read bandwidth: not measured" else
+  "# read bandwidth, \($t) thread(s): median \(.[length / 2 | floor]) GB/s of \(length) read loops (\(.[0]) to \(.[-1])), one before each model of each round"
+  end'
 if [ "$use_node" = 1 ]; then echo "# llama.cpp: node-llama-cpp's prebuilt build"
 else echo "# llama.cpp: $("$llama_bench" --version 2>&1 | grep -m1 -i version || echo llama-bench)"; fi
-jq -rn --slurpfile r "$results" --arg bw "${bw:-0}" '
+jq -rn --slurpfile r "$results" '
   def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
            else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def f: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
-  ($bw | tonumber) as $bw |
   "| model | test | strata t/s | llama.cpp t/s | strata / llama.cpp | strata GB/s (% bw) | llama.cpp GB/s (% bw) |",
   "|---|---|---:|---:|---:|---:|---:|",
   ($r | group_by(.model) | .[] | . as $m |
    ($m | map(.decode_bytes // empty) | .[0]) as $bytes |
-   ($m | group_by(.test) | .[] |
+   ($m | map(select(.engine == "read loop") | .bw) | med // 0) as $bw |
+   ($m | map(select(.engine != "read loop")) | group_by(.test) | .[] |
     (map(select(.engine == "strata") | .tps) | med) as $s |
     (map(select(.engine == "llama.cpp") | .tps) | med) as $l |
     (.[0].test) as $t |
