@@ -569,8 +569,13 @@ X8_AVX512_INLINE __m512 e8m0_scales(const uint8_t *a, const uint8_t *b, const in
     const __m512i v = _mm512_cvtepu8_epi32(e);
     const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
     const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
-    return _mm512_castsi512_ps(
-        _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), tiny, normal));
+    const __m512i s =
+        _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), tiny, normal);
+    /* One group: lanes 8..15 hold no row, and their exponent 0 would make
+     * them the subnormal 2^-128; every multiply of a subnormal takes a slow
+     * microcode path (the one-group kernel ran at a third of its speed), so
+     * they are zero instead. They are never stored. */
+    return _mm512_castsi512_ps(NG == 2 ? s : _mm512_maskz_mov_epi32(0x00ff, s));
 }
 
 /* (With mx, MXFP4 x8: its table, values + 128 in 116..140, and its
