@@ -54,8 +54,8 @@ X8_AVX512_INLINE void q4_0_tile(int64_t n, const void *w, size_t gs, const void 
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q4_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        prefetch_lines(&b0[ib], sizeof(block_q4_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q4_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
         /* c[2m]: elements 8m + e of the 16 rows, c[2m + 1]: 8m + 4 + e */
         __m512i c[8];
@@ -101,8 +101,8 @@ X8_AVX512_INLINE void q8_0_tile(int64_t n, const void *w, size_t gs, const void 
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q8_0x8), TENSOR_X8_PREFETCH_AHEAD);
+        prefetch_lines(&b0[ib], sizeof(block_q8_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q8_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
         /* c[j]: elements 4j..4j+3 of the 16 rows, plus 128 */
         __m512i c[8];

@@ -231,7 +231,7 @@ X8_AVX512_INLINE void half_one_span(const block_halfx8 *wb, int64_t b0, int64_t 
         for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
     for (int64_t ib = b0; ib < b1; ib++) {
         const uint16_t *blk = wb[ib].w;
-        if (t0 == 0) prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+        if (t0 == 0) prefetch_lines(blk, sizeof(block_halfx8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         for (int j = 0; j < 8; j++) {
             const __m256 wv = half8_avx2(blk + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
@@ -292,8 +292,8 @@ X8_AVX512_INLINE void half_pair_span(const block_halfx8 *wa, const block_halfx8 
         for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
     for (int64_t ib = b0; ib < b1; ib++) {
         if (t0 == 0) { /* later trios find the span in L1 */
-            prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
-            prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_PREFETCH_AHEAD);
+            prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
+            prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         }
         for (int j = 0; j < 8; j++) {
             const __m512 wv = half16_pair(wa[ib].w + 8 * j, wb[ib].w + 8 * j, bf16);

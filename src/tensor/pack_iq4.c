@@ -593,8 +593,8 @@ X8_AVX512_INLINE void iq4_nl_tile_(int64_t n, const void *w, size_t gs, const vo
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b0 = (const uint8_t *)w + (size_t)ib * bb;
         const uint8_t *b1 = (const uint8_t *)w + gs + (size_t)ib * bb;
-        prefetch_lines(b0, bb, TENSOR_X8_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(b1, bb, TENSOR_X8_PREFETCH_AHEAD);
+        prefetch_lines(b0, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(b1, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
         const __m512 dw = mx ? e8m0_scales(b0, b1, NG)
                              : load_scales((const uint16_t *)b0, (const uint16_t *)b1, NG);
         __m512i c[8];
