@@ -216,8 +216,9 @@ TENSOR_AVX2_TARGET void tensor_x8_bf16_avx2(int64_t n, const void *w, const void
 }
 
 /* The AVX-512 kernels: up to TENSOR_X8_HALF_AVX512_MAX_T tokens per
- * call, in spans as the AVX2 one, three tokens at a time with all eight
- * sums (24 accumulators of the 32 registers). */
+ * call. The one-group kernel walks spans as the AVX2 one, three tokens at
+ * a time with all eight sums; the pair kernel (below) takes all the
+ * call's tokens per span, in passes over part of the sums. */
 
 /* One group, blocks [b0, b1), tokens t0 .. t0 + NT - 1 (NT <= 3): lane r
  * of state[t][j] = row r's sum j (j = 2k + p); the broadcast activation
@@ -280,33 +281,65 @@ X8_AVX512_INLINE __m512 half16_pair(const uint16_t *a, const uint16_t *b, const 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Two groups (16 rows), blocks [b0, b1), tokens t0 .. t0 + NT - 1: 8 zmm
- * sums per token (lane = row of the pair), 24 for a trio; each weight
- * vector feeds NT fmas, each broadcast activation 16 rows. */
+/* The pair kernel walks a row in spans of HALF_PAIR_SPAN_BLOCKS blocks (8 KB
+ * of the pair's weights and 8 KB of 8 tokens' activations, in L1 while the
+ * passes below go over them) and holds HALF_PAIR_ACC sums in registers. */
+#define HALF_PAIR_SPAN_BLOCKS 32
+#define HALF_PAIR_ACC 24
+
+/* Two groups (16 rows), blocks [b0, b1), sums j0 .. j0 + J - 1 of tokens
+ * 0 .. NT - 1 (NT * J <= HALF_PAIR_ACC zmm, lane = row of the pair); each
+ * weight vector feeds NT fmas, each broadcast activation 16 rows. Every
+ * fma loads its broadcast; a weight vector's two loads, its insert and its
+ * conversion are shared by NT fmas, so the more tokens per vector, the
+ * closer to the fma peak the tile runs: on AMD Zen 5 (two 512-bit fma
+ * pipes) three tokens with all eight sums at once ran at about half the
+ * peak, eight tokens in three passes at about 60 % (bench_matmul), which
+ * took llama-1b F16 prefill up by 13-26 %. The passes change no result:
+ * each sum still takes its fmas in block order. */
 X8_AVX512_INLINE void half_pair_span(const block_halfx8 *wa, const block_halfx8 *wb, int64_t b0,
-                                     int64_t b1, const void *x, size_t xs, int t0,
-                                     __m512 (*state)[8], const int NT, const bool bf16)
+                                     int64_t b1, const void *x, size_t xs, const int j0,
+                                     __m512 (*state)[8], const int NT, const int J,
+                                     const bool pf, const bool bf16)
 {
-    __m512 acc[HALF_TRIO][8];
+    __m512 acc[HALF_PAIR_ACC];
     for (int t = 0; t < NT; t++)
-        for (int j = 0; j < 8; j++) acc[t][j] = state[t0 + t][j];
+        for (int jj = 0; jj < J; jj++) acc[t * J + jj] = state[t][j0 + jj];
     for (int64_t ib = b0; ib < b1; ib++) {
-        if (t0 == 0) { /* later trios find the span in L1 */
+        if (pf) { /* later passes find the span in L1 */
             prefetch_lines(wa[ib].w, sizeof(block_halfx8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
             prefetch_lines(wb[ib].w, sizeof(block_halfx8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         }
-        for (int j = 0; j < 8; j++) {
+        for (int jj = 0; jj < J; jj++) {
+            const int j = j0 + jj;
             const __m512 wv = half16_pair(wa[ib].w + 8 * j, wb[ib].w + 8 * j, bf16);
             for (int t = 0; t < NT; t++) {
-                const float *xt = (const float *)((const char *)x + (size_t)(t0 + t) * xs);
-                acc[t][j] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xt[TENSOR_X8_HALF_ELEMS * ib + j]),
-                                            acc[t][j]);
+                const float *xt = (const float *)((const char *)x + (size_t)t * xs);
+                acc[t * J + jj] = _mm512_fmadd_ps(
+                    wv, _mm512_set1_ps(xt[TENSOR_X8_HALF_ELEMS * ib + j]), acc[t * J + jj]);
             }
         }
     }
     for (int t = 0; t < NT; t++)
-        for (int j = 0; j < 8; j++) state[t0 + t][j] = acc[t][j];
+        for (int jj = 0; jj < J; jj++) state[t][j0 + jj] = acc[t * J + jj];
 }
+
+/* One span for NT tokens, in as few passes as the registers allow: all
+ * eight sums of up to three tokens at once, four at a time for up to six,
+ * three, three and two for seven or eight. */
+#define HALF_PAIR_PASSES(NT)                                                                   \
+    do {                                                                                       \
+        if ((NT) <= 3) {                                                                       \
+            half_pair_span(wa, wb, b0, b1, x, xs, 0, state, (NT), 8, true, bf16);              \
+        } else if ((NT) <= 6) {                                                                \
+            half_pair_span(wa, wb, b0, b1, x, xs, 0, state, (NT), 4, true, bf16);              \
+            half_pair_span(wa, wb, b0, b1, x, xs, 4, state, (NT), 4, false, bf16);             \
+        } else {                                                                               \
+            half_pair_span(wa, wb, b0, b1, x, xs, 0, state, (NT), 3, true, bf16);              \
+            half_pair_span(wa, wb, b0, b1, x, xs, 3, state, (NT), 3, false, bf16);             \
+            half_pair_span(wa, wb, b0, b1, x, xs, 6, state, (NT), 2, false, bf16);             \
+        }                                                                                      \
+    } while (0)
 
 X8_AVX512_INLINE void half_avx512_pair(int64_t n, const void *w, size_t gs, const void *x,
                                        size_t xs, float *y, size_t ys, const int nt,
@@ -318,15 +351,17 @@ X8_AVX512_INLINE void half_avx512_pair(int64_t n, const void *w, size_t gs, cons
     __m512 state[TENSOR_X8_HALF_AVX512_MAX_T][8];
     for (int t = 0; t < nt; t++)
         for (int j = 0; j < 8; j++) state[t][j] = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += HALF_SPAN_BLOCKS) {
-        const int64_t b1 = b0 + HALF_SPAN_BLOCKS < nb ? b0 + HALF_SPAN_BLOCKS : nb;
-        for (int t0 = 0, m; t0 < nt; t0 += m) {
-            m = half_trio(nt, t0);
-            switch (m) {
-            case 1: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 1, bf16); break;
-            case 2: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 2, bf16); break;
-            default: half_pair_span(wa, wb, b0, b1, x, xs, t0, state, 3, bf16); break;
-            }
+    for (int64_t b0 = 0; b0 < nb; b0 += HALF_PAIR_SPAN_BLOCKS) {
+        const int64_t b1 = b0 + HALF_PAIR_SPAN_BLOCKS < nb ? b0 + HALF_PAIR_SPAN_BLOCKS : nb;
+        switch (nt) {
+        case 1: HALF_PAIR_PASSES(1); break;
+        case 2: HALF_PAIR_PASSES(2); break;
+        case 3: HALF_PAIR_PASSES(3); break;
+        case 4: HALF_PAIR_PASSES(4); break;
+        case 5: HALF_PAIR_PASSES(5); break;
+        case 6: HALF_PAIR_PASSES(6); break;
+        case 7: HALF_PAIR_PASSES(7); break;
+        default: HALF_PAIR_PASSES(8); break;
         }
     }
     for (int t = 0; t < nt; t++) {

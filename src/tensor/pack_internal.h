@@ -351,7 +351,7 @@ void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, f
 /* F16 / BF16 (pack_bf16.c): one group and up to TENSOR_X8_MAX_T tokens at
  * AVX2; one group and pairs, up to TENSOR_X8_HALF_AVX512_MAX_T tokens, at
  * AVX-512. */
-#define TENSOR_X8_HALF_AVX512_MAX_T 6
+#define TENSOR_X8_HALF_AVX512_MAX_T 8
 void tensor_x8_f16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                         size_t ys, int nt);
 void tensor_x8_bf16_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,

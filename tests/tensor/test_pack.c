@@ -536,8 +536,9 @@ static void test_kernels_vs_reference(void **state)
             check_kernels(type, be * nb, FILL_EXTREME, true, 14 + i);
             check_kernels(type, be * nb, FILL_RANDOM, true, 15 + i);
         }
-        /* F16 and BF16 kernels walk a row in spans of 64 blocks, pausing
-         * each sum between spans: two whole spans and a part one */
+        /* F16 and BF16 kernels walk a row in spans of 64 blocks (the
+         * AVX-512 pair kernel: 32), pausing each sum between spans: whole
+         * spans and a part one */
         if (is_half(type)) {
             check_kernels(type, be * (2 * 64 + 5), FILL_RANDOM, false, 16 + i);
             check_kernels(type, be * (2 * 64 + 5), FILL_EXTREME, true, 17 + i);
