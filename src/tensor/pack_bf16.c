@@ -128,9 +128,10 @@ TENSOR_AVX2_INLINE __m256 half_finish8(const __m256 a[8])
     return _mm256_add_ps(e, o);
 }
 
-/* The kernels walk the row in spans of HALF_SPAN_BLOCKS blocks (8 KB of
- * one group's weights, 16 KB of a pair's, which stay in L1 while every
- * token of the call passes over them); each token's sums are loaded from
+/* The one-group kernels walk the row in spans of HALF_SPAN_BLOCKS blocks
+ * (8 KB of the group's weights, which stay in L1 while every token of the
+ * call passes over them; the AVX-512 pair kernel has its own span,
+ * HALF_PAIR_SPAN_BLOCKS); each token's sums are loaded from
  * and stored back to a `state` array around a span. A chain only pauses
  * between spans, so every sum takes the same fmas in the same order as in
  * one pass. */
