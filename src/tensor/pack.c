@@ -40,6 +40,10 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_q4_0x8), TENSOR_QK, tensor_x8_pack_q4_0,
         {{.one = tensor_x8_q4_0_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_q4_0_avx2), AVX512(q4_0)}};
+    static const x8_type q5_0 = {
+        sizeof(block_q5_0x8), TENSOR_QK, tensor_x8_pack_q5_0,
+        {{.one = tensor_x8_q5_0_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q5_0_avx2), AVX512(q5_0)}};
     static const x8_type q8_0 = {
         sizeof(block_q8_0x8), TENSOR_QK, tensor_x8_pack_q8_0,
         {{.one = tensor_x8_q8_0_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -123,6 +127,7 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_F16: return &f16;
     case STRATA_TYPE_BF16: return &bf16;
     case STRATA_TYPE_Q4_0: return &q4_0;
+    case STRATA_TYPE_Q5_0: return &q5_0;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
     case STRATA_TYPE_Q5_K: return &q5_k;
@@ -273,6 +278,11 @@ void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n)
     quantize_act_sums(x, dst, n, -8);
 }
 
+void tensor_x8_q5_0_quantize_act(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -16);
+}
+
 void tensor_x8_q8_0_quantize_act(const float *x, void *dst, int64_t n)
 {
     quantize_act_sums(x, dst, n, -128);
@@ -290,12 +300,15 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
 #if defined(__x86_64__)
     case STRATA_TYPE_Q4_0:
         return avx512 ? tensor_x8_q4_0_quantize_act_avx512 : tensor_x8_q4_0_quantize_act;
+    case STRATA_TYPE_Q5_0:
+        return avx512 ? tensor_x8_q5_0_quantize_act_avx512 : tensor_x8_q5_0_quantize_act;
     case STRATA_TYPE_Q8_0:
     case STRATA_TYPE_IQ4_NL:
     case STRATA_TYPE_MXFP4:
         return avx512 ? tensor_x8_q8_0_quantize_act_avx512 : tensor_x8_q8_0_quantize_act;
 #else
     case STRATA_TYPE_Q4_0: return tensor_x8_q4_0_quantize_act;
+    case STRATA_TYPE_Q5_0: return tensor_x8_q5_0_quantize_act;
     case STRATA_TYPE_Q8_0:
     case STRATA_TYPE_IQ4_NL:
     case STRATA_TYPE_MXFP4: return tensor_x8_q8_0_quantize_act;

@@ -415,6 +415,11 @@ X8_AVX512_TARGET void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *d
     quantize_act_sums(x, dst, n, -8);
 }
 
+X8_AVX512_TARGET void tensor_x8_q5_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
+{
+    quantize_act_sums(x, dst, n, -16);
+}
+
 X8_AVX512_TARGET void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n)
 {
     quantize_act_sums(x, dst, n, -128);

@@ -68,6 +68,20 @@ typedef struct block_q4_0x8 {
     uint8_t qs[128];
 } block_q4_0x8;
 
+/* Q5_0 x8: block b of rows 0..7, Q4_0 x8's nibbles and one byte per
+ * code-vector position for the fifth bits (as a Q5_K x8 sub-block).
+ *   d[r]: row r's f16 scale.
+ *   qs[32 m + 4 r + e]: as Q4_0 x8's, the low 4 bits of code vector
+ *   j = 2m (low nibble, element 8m + e) and j = 2m + 1 (high nibble,
+ *   element 8m + 4 + e).
+ *   qh[4 r + e]: bit j = bit 4 of code vector j's code in byte 4r + e.
+ * w = d * (q - 16), q in 0..31, as in Q5_0. */
+typedef struct block_q5_0x8 {
+    uint16_t d[8];
+    uint8_t qs[128];
+    uint8_t qh[32];
+} block_q5_0x8;
+
 /* Q8_0 x8: qs[32 j + 4 r + e], j = 0..7, e = 0..3: row r's element 4j + e.
  * Codes are in [-127, 127] (tensor_pack refuses -128). */
 typedef struct block_q8_0x8 {
@@ -207,6 +221,7 @@ typedef struct block_halfx8 {
 } block_halfx8;
 
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
+_Static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "Q5_0x8 is 8 Q5_0 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
@@ -246,6 +261,7 @@ typedef bool (*tensor_x8_pack_fn)(const void *src, size_t src_row_bytes, int64_t
 
 /* Per type: the packer and the kernels. Defined in pack_<type>.c. */
 bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q5_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
@@ -267,6 +283,7 @@ bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
  * layout at dst (pack_unpack.c's row_<type> for the types of their own
  * files). */
+void tensor_x8_row_q5_0(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_mxfp4(const void *group, int64_t n, int r, void *dst);
@@ -274,6 +291,8 @@ void tensor_x8_row_iq4_xs(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst);
 
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q5_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -315,6 +334,8 @@ void tensor_x8_bf16_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 #if defined(__x86_64__)
 /* Compiled for avx2+fma+f16c; call only where strata_cpu_level() allows. */
 void tensor_x8_q4_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q5_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
@@ -375,6 +396,7 @@ void tensor_x8_bf16_avx512_pair(int64_t n, const void *w, size_t gs, const void 
     void tensor_x8_##t##_avx512_pair(int64_t n, const void *w, size_t gs, const void *x,      \
                                      size_t xs, float *y, size_t ys, int nt)
 TENSOR_X8_AVX512_DECL(q4_0);
+TENSOR_X8_AVX512_DECL(q5_0);   /* pack_q5_0.c */
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
@@ -408,6 +430,7 @@ void tensor_x8_q4_k_amx(int64_t n, const void *w, const void *x, size_t xs, floa
 void tensor_x8_q4_k_amx_pair(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                              float *y, size_t ys, int nt);
 void tensor_x8_q4_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
+void tensor_x8_q5_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_0_quantize_act_avx512(const float *x, void *dst, int64_t n);
 void tensor_x8_q8_k_quantize_act_avx2(const float *x, void *dst, int64_t n);
 #endif
@@ -439,12 +462,12 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
                                                int64_t n_tok);
 
 /* The activation rows a packed matmul reads (x above): the rows of the
- * type's vec_dot_type (Q8_0 for Q4_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and IQ4_XS,
- * F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
- * except that a Q4_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
+ * type's vec_dot_type (Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and
+ * IQ4_XS, F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
+ * except that a Q4_0, Q5_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
  * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
- * activation codes times -8 (Q4_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
- * the weight codes unsigned (Q4_0's q, Q8_0's q + 128 at AVX-512) take
+ * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
+ * the weight codes unsigned (Q4_0's and Q5_0's q, Q8_0's q + 128 at AVX-512) take
  * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
  * fills one from n floats at `level` or the best one below it (NULL for
@@ -453,6 +476,7 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
 tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
+void tensor_x8_q5_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */
 
 /* BF16 weights (x8 layout) x bf16 activations by VDPBF16PS (pack_bf16.c):

@@ -47,7 +47,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
@@ -250,6 +250,14 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
                 isum += (q - 8) * x[ib].qs[i];
             }
             d = w->d;
+        } else if (type == STRATA_TYPE_Q5_0) {
+            const block_q5_0 *w = (const block_q5_0 *)row + ib;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? w->qs[i] & 15 : w->qs[i - 16] >> 4;
+                q |= ((w->qh[i / 8] >> (i % 8)) & 1) << 4;
+                isum += (q - 16) * x[ib].qs[i];
+            }
+            d = w->d;
         } else {
             const block_q8_0 *w = (const block_q8_0 *)row + ib;
             for (int i = 0; i < 32; i++) isum += w->qs[i] * x[ib].qs[i];
@@ -339,6 +347,9 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
                 if (f == FILL_ONES || f == FILL_EXTREME) q->qs[i] = (i & 1) ? 127 : -127;
                 if (q->qs[i] == -128) q->qs[i] = -127; /* tensor_pack refuses -128 */
             }
+        } else if (type == STRATA_TYPE_Q5_0) {
+            block_q5_0 *q = (block_q5_0 *)w + b;
+            q->d = tensor_f32_to_f16(dv);
         } else {
             block_q4_0 *q = (block_q4_0 *)w + b;
             q->d = tensor_f32_to_f16(dv);
@@ -385,7 +396,7 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
                 }
             }
             /* the int32 sums after the blocks (pack_internal.h) */
-            const int32_t mult = type == STRATA_TYPE_Q4_0 ? -8 : -128;
+            const int32_t mult = type == STRATA_TYPE_Q4_0 ? -8 : type == STRATA_TYPE_Q5_0 ? -16 : -128;
             size_t off = ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
             assert_int_equal(off, tensor_x8_sums_offset(n));
             for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
@@ -619,9 +630,9 @@ static void test_act_quant_levels(void **state)
      * (Q8_K stores it as zeros), and one just above that */
     blk = x + 32 * 16; for (int i = 0; i < 256; i++) blk[i] = (float)(i % 7 - 3) * 1e-38f;
     blk = x + 32 * 24; for (int i = 0; i < 32; i++) blk[i] = (float)(i % 5 - 2) * 2e-37f;
-    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0,   STRATA_TYPE_Q4_K,
-                              STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K,   STRATA_TYPE_IQ4_NL,
-                              STRATA_TYPE_IQ4_XS};
+    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0,   STRATA_TYPE_Q8_0,
+                              STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K,   STRATA_TYPE_Q6_K,
+                              STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
@@ -883,7 +894,8 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q4_K, 8, 128));
     assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 1152));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q5_1, 8, 256));  /* no x8 layout */
     assert_true(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_true(tensor_pack_available(STRATA_TYPE_BF16, 16, 8));
     assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
@@ -895,7 +907,10 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_K, 8, 512), 2 * sizeof(block_q4_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q6_K, 16, 512), 4 * sizeof(block_q6_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 16, 256), 2 * sizeof(block_q5_kx8));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 8, 256), 0);
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 16, 64), 16 * 2 * sizeof(block_q5_0));
+    assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_Q5_0, 64),
+                     tensor_x8_sums_offset(64) + 2 * sizeof(int32_t));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_1, 8, 256), 0);
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
@@ -903,7 +918,8 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ1_M, 8, 256), sizeof(block_iq_s16x8));
     assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 256)); /* no x8 layout */
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
+    assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_1 | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];
