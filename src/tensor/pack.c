@@ -44,6 +44,14 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_q5_0x8), TENSOR_QK, tensor_x8_pack_q5_0,
         {{.one = tensor_x8_q5_0_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_q5_0_avx2), AVX512(q5_0)}};
+    static const x8_type q4_1 = {
+        sizeof(block_q4_1x8), TENSOR_QK, tensor_x8_pack_q4_1,
+        {{.one = tensor_x8_q4_1_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q4_1_avx2), AVX512(q4_1)}};
+    static const x8_type q5_1 = {
+        sizeof(block_q5_1x8), TENSOR_QK, tensor_x8_pack_q5_1,
+        {{.one = tensor_x8_q5_1_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q5_1_avx2), AVX512(q5_1)}};
     static const x8_type q8_0 = {
         sizeof(block_q8_0x8), TENSOR_QK, tensor_x8_pack_q8_0,
         {{.one = tensor_x8_q8_0_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -128,6 +136,8 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_BF16: return &bf16;
     case STRATA_TYPE_Q4_0: return &q4_0;
     case STRATA_TYPE_Q5_0: return &q5_0;
+    case STRATA_TYPE_Q4_1: return &q4_1;
+    case STRATA_TYPE_Q5_1: return &q5_1;
     case STRATA_TYPE_Q8_0: return &q8_0;
     case STRATA_TYPE_Q4_K: return &q4_k;
     case STRATA_TYPE_Q5_K: return &q5_k;
@@ -257,6 +267,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
         type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M || type == STRATA_TYPE_TQ1_0 ||
         type == STRATA_TYPE_TQ2_0)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
+    if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1)
+        return strata_type_row_bytes(STRATA_TYPE_Q8_1, n);
     return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
 }
 
@@ -330,6 +342,8 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
         if (level >= STRATA_SIMD_AVX2) return tensor_x8_q8_k_quantize_act_avx2;
 #endif
         return tensor_get_quant(STRATA_TYPE_Q8_K);
+    case STRATA_TYPE_Q4_1:
+    case STRATA_TYPE_Q5_1: return tensor_get_quant(STRATA_TYPE_Q8_1);
     case STRATA_TYPE_F16:
     case STRATA_TYPE_BF16: return tensor_x8_f32_act;
     default: return NULL;

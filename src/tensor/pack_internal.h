@@ -17,7 +17,11 @@
  * THE FLOAT STEPS, per (row r, token t) pair, in block order, starting from
  * acc = 0.0f, with isum the exact int32 dot product of the block's codes
  * (as signed values: Q4_0's q - 8) with the activation codes:
- *   Q4_0, Q8_0:  acc = fmaf((float)isum, d_r * dx, acc)
+ *   Q4_0, Q5_0, Q8_0: acc = fmaf((float)isum, d_r * dx, acc)
+ *   Q4_1, Q5_1:  acc = fmaf((float)isum, d_r * dx, acc);
+ *                acc = fmaf(m_r, sx, acc)
+ *                with isum over the unsigned codes, m_r the f16 offset and
+ *                sx the Q8_1 activation block's f16 sum s, widened
  *   Q4_K:        acc = fmaf((float)isum, d_r * dx, acc);
  *                acc = fmaf(-(float)imin, dmin_r * dx, acc)
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
@@ -81,6 +85,23 @@ typedef struct block_q5_0x8 {
     uint8_t qs[128];
     uint8_t qh[32];
 } block_q5_0x8;
+
+/* Q4_1 x8: Q4_0 x8 with the rows' f16 offsets m[r] after their scales;
+ * the codes 0..15 are unsigned, w = d * q + m. */
+typedef struct block_q4_1x8 {
+    uint16_t d[8];
+    uint16_t m[8];
+    uint8_t qs[128];
+} block_q4_1x8;
+
+/* Q5_1 x8: Q5_0 x8 with the rows' f16 offsets m[r] after their scales;
+ * w = d * q + m, q in 0..31. */
+typedef struct block_q5_1x8 {
+    uint16_t d[8];
+    uint16_t m[8];
+    uint8_t qs[128];
+    uint8_t qh[32];
+} block_q5_1x8;
 
 /* Q8_0 x8: qs[32 j + 4 r + e], j = 0..7, e = 0..3: row r's element 4j + e.
  * Codes are in [-127, 127] (tensor_pack refuses -128). */
@@ -222,6 +243,8 @@ typedef struct block_halfx8 {
 
 _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0 blocks");
 _Static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "Q5_0x8 is 8 Q5_0 blocks");
+_Static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1), "Q4_1x8 is 8 Q4_1 blocks");
+_Static_assert(sizeof(block_q5_1x8) == 8 * sizeof(block_q5_1), "Q5_1x8 is 8 Q5_1 blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
@@ -262,6 +285,8 @@ typedef bool (*tensor_x8_pack_fn)(const void *src, size_t src_row_bytes, int64_t
 /* Per type: the packer and the kernels. Defined in pack_<type>.c. */
 bool tensor_x8_pack_q4_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q5_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q4_1(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q5_1(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q8_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q4_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q6_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
@@ -284,6 +309,8 @@ bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void 
  * layout at dst (pack_unpack.c's row_<type> for the types of their own
  * files). */
 void tensor_x8_row_q5_0(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_q4_1(const void *group, int64_t n, int r, void *dst);
+void tensor_x8_row_q5_1(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_q5_k(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_iq4_nl(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_mxfp4(const void *group, int64_t n, int r, void *dst);
@@ -293,6 +320,10 @@ void tensor_x8_row_half(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_q4_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q5_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q4_1_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
+void tensor_x8_q5_1_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_q8_0_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
@@ -336,6 +367,10 @@ void tensor_x8_bf16_scalar(int64_t n, const void *w, const void *x, size_t xs, f
 void tensor_x8_q4_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_q5_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q4_1_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
+void tensor_x8_q5_1_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_q8_0_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
@@ -397,6 +432,8 @@ void tensor_x8_bf16_avx512_pair(int64_t n, const void *w, size_t gs, const void 
                                      size_t xs, float *y, size_t ys, int nt)
 TENSOR_X8_AVX512_DECL(q4_0);
 TENSOR_X8_AVX512_DECL(q5_0);   /* pack_q5_0.c */
+TENSOR_X8_AVX512_DECL(q4_1);   /* pack_q5_1.c */
+TENSOR_X8_AVX512_DECL(q5_1);
 TENSOR_X8_AVX512_DECL(q8_0);
 TENSOR_X8_AVX512_DECL(q4_k);
 TENSOR_X8_AVX512_DECL(q6_k);
@@ -463,10 +500,10 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and
- * IQ4_XS, F32 for F16 and BF16, each row padded with 64 bytes that nothing reads),
- * except that a Q4_0, Q5_0, Q8_0 or IQ4_NL row is followed, from the next 4-byte boundary
- * (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
- * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL). The kernels that keep
+ * IQ4_XS, Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
+ * that nothing reads), except that a row of Q8_0 blocks is followed, from the next
+ * 4-byte boundary (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
+ * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4). The kernels that keep
  * the weight codes unsigned (Q4_0's and Q5_0's q, Q8_0's q + 128 at AVX-512) take
  * that offset off with it; the others ignore it. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that

@@ -114,6 +114,8 @@ bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t 
     switch (type) {
     case STRATA_TYPE_Q4_0: row_q4_0((const void *)g, n_cols / TENSOR_QK, r, dst); return true;
     case STRATA_TYPE_Q5_0: tensor_x8_row_q5_0(g, n_cols, r, dst); return true;
+    case STRATA_TYPE_Q4_1: tensor_x8_row_q4_1(g, n_cols, r, dst); return true;
+    case STRATA_TYPE_Q5_1: tensor_x8_row_q5_1(g, n_cols, r, dst); return true;
     case STRATA_TYPE_Q8_0: row_q8_0((const void *)g, n_cols / TENSOR_QK, r, dst); return true;
     case STRATA_TYPE_Q4_K: row_q4_k((const void *)g, n_cols / TENSOR_QK_K, r, dst); return true;
     case STRATA_TYPE_Q6_K: row_q6_k((const void *)g, n_cols / TENSOR_QK_K, r, dst); return true;

@@ -47,7 +47,8 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0, STRATA_TYPE_Q4_1,
+                                   STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
@@ -79,6 +80,7 @@ static bool is_iq_table(uint32_t type)
 static uint32_t act_type(uint32_t type)
 {
     if (is_half(type)) return STRATA_TYPE_F32;
+    if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1) return STRATA_TYPE_Q8_1;
     return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
                    type == STRATA_TYPE_IQ4_XS || is_iq_table(type)
                ? STRATA_TYPE_Q8_K
@@ -233,6 +235,30 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
         }
         return acc;
     }
+    if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1) {
+        /* unsigned codes, then the offset times the Q8_1 block's sum s */
+        const block_q8_1 *x1 = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+            const uint8_t *qs, *qh = NULL;
+            uint16_t d, m;
+            if (type == STRATA_TYPE_Q4_1) {
+                const block_q4_1 *w = (const block_q4_1 *)row + ib;
+                qs = w->qs, d = w->d, m = w->m;
+            } else {
+                const block_q5_1 *w = (const block_q5_1 *)row + ib;
+                qs = w->qs, qh = w->qh, d = w->d, m = w->m;
+            }
+            int32_t isum = 0;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+                if (qh != NULL) q |= ((qh[i / 8] >> (i % 8)) & 1) << 4;
+                isum += q * x1[ib].qs[i];
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(d) * tensor_f16_to_f32(x1[ib].d), acc);
+            acc = fmaf(tensor_f16_to_f32(m), tensor_f16_to_f32(x1[ib].s), acc);
+        }
+        return acc;
+    }
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         int32_t isum = 0;
         uint16_t d;
@@ -350,6 +376,13 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_Q5_0) {
             block_q5_0 *q = (block_q5_0 *)w + b;
             q->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1) {
+            /* d, then the offset m: negative, as a block's minimum mostly is */
+            const uint16_t d = tensor_f32_to_f16(dv);
+            const uint16_t m = tensor_f32_to_f16(f == FILL_EXTREME ? -65504.0f : -8.0f * dv);
+            char *blk = (char *)w + (size_t)b * strata_type_row_bytes(type, TENSOR_QK);
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
         } else {
             block_q4_0 *q = (block_q4_0 *)w + b;
             q->d = tensor_f32_to_f16(dv);
@@ -385,6 +418,20 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
                     for (int i = 0; i < 16; i++) s += x[ib].qs[16 * j + i];
                     x[ib].bsums[j] = (int16_t)s;
                 }
+            }
+        } else if (act_type(type) == STRATA_TYPE_Q8_1) {
+            /* s: the f16 sum of the decoded values, as the quantizer writes it */
+            block_q8_1 *x = (block_q8_1 *)row;
+            for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+                const float d = extreme ? 1e-3f : (float)(strata_rng_uniform(rng) * 0.02);
+                x[ib].d = tensor_f32_to_f16(d);
+                int sum = 0;
+                for (int i = 0; i < TENSOR_QK; i++) {
+                    int v = extreme ? ((i % 3) ? 127 : -127) : (int)(strata_rng_next(rng) % 255) - 127;
+                    x[ib].qs[i] = (int8_t)v;
+                    sum += v;
+                }
+                x[ib].s = tensor_f32_to_f16(tensor_f16_to_f32(x[ib].d) * (float)sum);
             }
         } else {
             block_q8_0 *x = (block_q8_0 *)row;
@@ -630,9 +677,10 @@ static void test_act_quant_levels(void **state)
      * (Q8_K stores it as zeros), and one just above that */
     blk = x + 32 * 16; for (int i = 0; i < 256; i++) blk[i] = (float)(i % 7 - 3) * 1e-38f;
     blk = x + 32 * 24; for (int i = 0; i < 32; i++) blk[i] = (float)(i % 5 - 2) * 2e-37f;
-    const uint32_t types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0,   STRATA_TYPE_Q8_0,
-                              STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K,   STRATA_TYPE_Q6_K,
-                              STRATA_TYPE_IQ4_NL, STRATA_TYPE_IQ4_XS};
+    const uint32_t types[] = {STRATA_TYPE_Q4_0,   STRATA_TYPE_Q5_0, STRATA_TYPE_Q4_1,
+                              STRATA_TYPE_Q5_1,   STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                              STRATA_TYPE_Q5_K,   STRATA_TYPE_Q6_K, STRATA_TYPE_IQ4_NL,
+                              STRATA_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const size_t rb = tensor_x8_act_row_bytes(types[ti], n);
         char *want = calloc(1, rb), *got = calloc(1, rb);
@@ -895,7 +943,9 @@ static void test_api(void **state)
     assert_true(tensor_pack_available(STRATA_TYPE_Q6_K, 8, 256));
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_K, 8, 256));
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 1152));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q5_1, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q5_1, 8, 1152));
+    assert_true(tensor_pack_available(STRATA_TYPE_Q4_1, 8, 32));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q2_K, 8, 256));  /* no x8 layout */
     assert_true(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_true(tensor_pack_available(STRATA_TYPE_BF16, 16, 8));
     assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
@@ -910,7 +960,9 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 16, 64), 16 * 2 * sizeof(block_q5_0));
     assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_Q5_0, 64),
                      tensor_x8_sums_offset(64) + 2 * sizeof(int32_t));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_1, 8, 256), 0);
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_1, 8, 256), 8 * 8 * sizeof(block_q5_1));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_1, 16, 64), 16 * 2 * sizeof(block_q4_1));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q2_K, 8, 256), 0);
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
@@ -919,7 +971,8 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ1_M, 8, 256), sizeof(block_iq_s16x8));
     assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 256)); /* no x8 layout */
     assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q5_1 | TENSOR_PACKED));
+    assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_1 | TENSOR_PACKED));
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q2_K | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];

@@ -61,6 +61,9 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q4_0, 8, 2048, 2);
     roundtrip(STRATA_TYPE_Q5_0, 16, 1152, 19);
     roundtrip(STRATA_TYPE_Q5_0, 8, 96, 20);
+    roundtrip(STRATA_TYPE_Q4_1, 16, 96, 21);
+    roundtrip(STRATA_TYPE_Q5_1, 16, 1152, 22);
+    roundtrip(STRATA_TYPE_Q5_1, 8, 64, 23);
     roundtrip(STRATA_TYPE_Q8_0, 16, 160, 3);
     roundtrip(STRATA_TYPE_Q8_0, 8, 2048, 4);
     roundtrip(STRATA_TYPE_Q4_K, 16, 256, 5);
