@@ -218,7 +218,10 @@ typedef struct block_iq4_xsx8 {
  * with a scale per 16 elements:
  *   sc[8 h + r]: row r's scale 2 s' + 1 of 16-element sub-block h (0..15);
  *   d, qs as in IQ4_XS x8, the indices into tensor_iq2xxs_x8_values
- *   (IQ1_M: tensor_iq1s_x8_values). */
+ *   (IQ1_M: tensor_iq1s_x8_values).
+ * Q3_K x8 is this block too: d[r] the source's d, sc[8 h + r] its scale
+ * sc - 32 of sub-block h (-32..31), the indices into tensor_q3k_x8_values
+ * (the codes q - 4, -4..3), f = 1: w = d * (sc - 32) * (q - 4) exactly. */
 typedef struct block_iq_s16x8 {
     uint16_t d[8];
     int8_t sc[128];
@@ -230,6 +233,7 @@ extern const int8_t tensor_iq3s_x8_values[16];
 extern const int8_t tensor_iq2xxs_x8_values[16];
 extern const int8_t tensor_iq1s_x8_values[16];
 extern const int8_t tensor_tq_x8_values[16];
+extern const int8_t tensor_q3k_x8_values[16];
 
 /* F16 / BF16 x8: a block is 8 elements of rows 0..7,
  *   w[8 j + r], j = 0..7: row r's element j (the type's 16-bit value,
@@ -303,6 +307,7 @@ bool tensor_x8_pack_tq1_0(const void *src, size_t src_row_bytes, int64_t n, void
 bool tensor_x8_pack_tq2_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q3_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
@@ -355,6 +360,8 @@ void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, 
                             size_t ys, int nt);
 void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
+void tensor_x8_q3_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                              size_t ys, int nt);
 void tensor_x8_f16_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -402,6 +409,8 @@ void tensor_x8_iq2_s_avx2(int64_t n, const void *w, const void *x, size_t xs, fl
                           size_t ys, int nt);
 void tensor_x8_iq1_m_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                           size_t ys, int nt);
+void tensor_x8_q3_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 /* F16 / BF16 (pack_bf16.c): one group and up to TENSOR_X8_MAX_T tokens at
@@ -450,6 +459,7 @@ TENSOR_X8_AVX512_DECL(tq1_0);
 TENSOR_X8_AVX512_DECL(tq2_0);
 TENSOR_X8_AVX512_DECL(iq2_s);
 TENSOR_X8_AVX512_DECL(iq1_m);
+TENSOR_X8_AVX512_DECL(q3_k);
 /* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to
  * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
  * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */
@@ -500,7 +510,7 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and
- * IQ4_XS, Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
+ * IQ4_XS (and Q3_K and the other IQ types), Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
  * that nothing reads), except that a row of Q8_0 blocks is followed, from the next
  * 4-byte boundary (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4). The kernels that keep

@@ -23,12 +23,16 @@
  * row (4.6 bits a weight), and the kernels take the two halves of each
  * 32-element sub-block in separate sums. The ternary TQ1_0 (1.7 bits) and
  * TQ2_0 (2.1) take -1, 0 and 1 and one scale a super-block: the same
- * layout with every sub-block's scale 1. */
+ * layout with every sub-block's scale 1. Q3_K (3.4 bits: codes -4..3, a
+ * signed 6-bit scale per 16 elements) is the scale-per-16 block with the
+ * table -4..3, 4.6 bits a weight: its file layout's kernels ran at about
+ * a third of the packed types' prefill rate. */
 #include "gguf/types.h"
 #include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/iq_internal.h"
 #include "tensor/pack_internal.h"
+#include "tensor/quant_internal.h"
 
 #if defined(__x86_64__)
 #include "tensor/pack_avx512.h"
@@ -247,6 +251,23 @@ const int8_t tensor_iq1s_x8_values[16] = {1, 7, 9, 0, 0, 0, 0, 0, -1, -7, -9, 0,
 /* TQ1_0's and TQ2_0's -1, 0, 1, and the 2 of a TQ2_0 code 3 (no quantizer
  * writes one, but a file could hold it). */
 const int8_t tensor_tq_x8_values[16] = {0, 1, 2, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0};
+/* Q3_K's codes q - 4 (-4..3) at indices 0..7; 8..15 unused (values no
+ * Q3_K weight takes, so each used value has one index). */
+const int8_t tensor_q3k_x8_values[16] = {-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5};
+
+/* One Q3_K block as the table layouts take it (blocks.h has the bits):
+ * d, the 16 scales sc - 32 (-32..31) and the codes q - 4. */
+static void q3_k_decode(const void *block, tensor_iq_decoded *out)
+{
+    const block_q3_k *b = block;
+    out->d = tensor_f16_to_f32(b->d);
+    for (int j = 0; j < 16; j++) out->ls[j] = (int8_t)(tensor_q3k_scale_get(b->scales, j) - 32);
+    for (int i = 0; i < TENSOR_QK_K; i++) {
+        const int h = i / 128, c = (i % 128) / 32, l = i % 32;
+        const int q = ((b->qs[32 * h + l] >> (2 * c)) & 3) | ((b->hmask[l] >> (4 * h + c)) & 1) << 2;
+        out->q[i] = (int8_t)(q - 4);
+    }
+}
 
 /* An x8 block of the table layouts: IQ4_XS x8 (8 scales a row) or, with
  * s16, the block with a scale per 16 elements (16 a row). */
@@ -281,6 +302,7 @@ static bool pack_iq_table(uint32_t type, const int8_t table[16], const bool s16,
         for (int r = 0; r < 8; r++) {
             const char *blk = (const char *)src + (size_t)r * src_row_bytes + (size_t)ib * bb;
             if (type == STRATA_TYPE_TQ1_0 || type == STRATA_TYPE_TQ2_0) tensor_tq_decode(type, blk, &dec);
+            else if (type == STRATA_TYPE_Q3_K) q3_k_decode(blk, &dec);
             else tensor_iq_decode(type, blk, &dec);
             od[r] = tensor_f32_to_f16(dec.d); /* a widened f16: exact */
             for (int h = 0; h < 16; h++) {
@@ -361,6 +383,7 @@ IQ_TABLE_TYPE(tq2_0, TQ2_0, tensor_tq_x8_values, 1.0f, false)
 IQ_TABLE_TYPE(iq2_xs, IQ2_XS, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TYPE(iq2_s, IQ2_S, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TYPE(iq1_m, IQ1_M, tensor_iq1s_x8_values, 0.125f, true)
+IQ_TABLE_TYPE(q3_k, Q3_K, tensor_q3k_x8_values, 1.0f, true)
 
 #if defined(__x86_64__)
 
@@ -544,6 +567,7 @@ IQ_TABLE_AVX2(tq2_0, tensor_tq_x8_values, 1.0f, false)
 IQ_TABLE_AVX2(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_AVX2(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_AVX2(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
+IQ_TABLE_AVX2(q3_k, tensor_q3k_x8_values, 1.0f, true)
 
 /* ------------------------------------------------------------ AVX-512 */
 
@@ -762,6 +786,7 @@ IQ_TABLE_TILE(tq2_0, tensor_tq_x8_values, 1.0f, false)
 IQ_TABLE_TILE(iq2_xs, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TILE(iq2_s, tensor_iq2xxs_x8_values, 0.125f, true)
 IQ_TABLE_TILE(iq1_m, tensor_iq1s_x8_values, 0.125f, true)
+IQ_TABLE_TILE(q3_k, tensor_q3k_x8_values, 1.0f, true)
 
 X8_AVX512_SET(iq4_nl)
 X8_AVX512_SET(mxfp4)
@@ -775,5 +800,6 @@ X8_AVX512_SET(tq2_0)
 X8_AVX512_SET(iq2_xs)
 X8_AVX512_SET(iq2_s)
 X8_AVX512_SET(iq1_m)
+X8_AVX512_SET(q3_k)
 
 #endif /* __x86_64__ */

@@ -48,7 +48,8 @@
 #endif
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0, STRATA_TYPE_Q4_1,
-                                   STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K,
+                                   STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q3_K,
+                                   STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
                                    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
@@ -81,8 +82,8 @@ static uint32_t act_type(uint32_t type)
 {
     if (is_half(type)) return STRATA_TYPE_F32;
     if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1) return STRATA_TYPE_Q8_1;
-    return type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
-                   type == STRATA_TYPE_IQ4_XS || is_iq_table(type)
+    return type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
+                   type == STRATA_TYPE_Q6_K || type == STRATA_TYPE_IQ4_XS || is_iq_table(type)
                ? STRATA_TYPE_Q8_K
                : STRATA_TYPE_Q8_0;
 }
@@ -150,6 +151,28 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
             int32_t isum = 0;
             for (int i = 0; i < TENSOR_QK_K; i++) isum += dec.ls[i / 16] * dec.q[i] * x[ib].qs[i];
             acc = fmaf((float)isum, (dec.d * x[ib].d) * f, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_Q3_K) {
+        /* from the block's bits (blocks.h): w = d (sc - 32) (q - 4) */
+        const block_q3_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0;
+            for (int j = 0; j < 16; j++) {
+                const int sc = (((w[ib].scales[j % 8] >> (4 * (j / 8))) & 15) |
+                                ((w[ib].scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+                int32_t dot = 0;
+                for (int i = 16 * j; i < 16 * j + 16; i++) {
+                    const int h = i / 128, c = (i % 128) / 32, l = i % 32;
+                    const int q = ((w[ib].qs[32 * h + l] >> (2 * c)) & 3) |
+                                  ((w[ib].hmask[l] >> (4 * h + c)) & 1) << 2;
+                    dot += (q - 4) * x[ib].qs[i];
+                }
+                isum += sc * dot;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
         }
         return acc;
     }
@@ -341,6 +364,9 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
             k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
         } else if (type == STRATA_TYPE_IQ4_XS) {
             block_iq4_xs *k = (block_iq4_xs *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_Q3_K) {
+            block_q3_k *k = (block_q3_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
         } else if (type == STRATA_TYPE_MXFP4) {
             /* exponents near 2^0, the subnormal scales of e = 0 and 1 in
@@ -969,7 +995,9 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_S, 8, 512), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ3_XXS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ1_M, 8, 256), sizeof(block_iq_s16x8));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 256)); /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 256));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q3_K, 16, 512), 4 * sizeof(block_iq_s16x8));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 128));  /* not whole super-blocks */
     assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
     assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_1 | TENSOR_PACKED));
     assert_false(tensor_matmul_supported(STRATA_TYPE_Q2_K | TENSOR_PACKED));

@@ -90,7 +90,9 @@ static void test_refuses_what_has_no_layout(void **state)
     assert_false(tensor_pack_row(STRATA_TYPE_F32, packed, 8, 32, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_Q4_0, packed, 7, 32, 0, dst)); /* rows not x8 */
     assert_false(tensor_pack_row(STRATA_TYPE_Q8_0, packed, 8, 33, 0, dst)); /* partial block */
-    /* the IQ layouts keep values, not codebook indices: no unpacker */
+    /* the IQ layouts (and Q3_K's, which is one) keep values, not the
+     * file's bits: no unpacker */
+    assert_false(tensor_pack_row(STRATA_TYPE_Q3_K, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ3_S, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ3_XXS, packed, 8, 256, 0, dst));
     assert_false(tensor_pack_row(STRATA_TYPE_IQ2_XXS, packed, 8, 256, 0, dst));
