@@ -100,6 +100,10 @@ static const x8_type *x8_lookup(uint32_t type)
         sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_iq2_s,
         {{.one = tensor_x8_iq2_s_scalar, .max_t = TENSOR_X8_MAX_T},
          AVX2(tensor_x8_iq2_s_avx2), AVX512(iq2_s)}};
+    static const x8_type q2_k = {
+        sizeof(block_q2_kx8), TENSOR_QK_K, tensor_x8_pack_q2_k,
+        {{.one = tensor_x8_q2_k_scalar, .max_t = TENSOR_X8_MAX_T},
+         AVX2(tensor_x8_q2_k_avx2), AVX512(q2_k)}};
     static const x8_type q3_k = {
         sizeof(block_iq_s16x8), TENSOR_QK_K, tensor_x8_pack_q3_k,
         {{.one = tensor_x8_q3_k_scalar, .max_t = TENSOR_X8_MAX_T},
@@ -156,6 +160,7 @@ static const x8_type *x8_lookup(uint32_t type)
     case STRATA_TYPE_IQ2_XS: return &iq2_xs;
     case STRATA_TYPE_IQ2_S: return &iq2_s;
     case STRATA_TYPE_IQ1_M: return &iq1_m;
+    case STRATA_TYPE_Q2_K: return &q2_k;
     case STRATA_TYPE_Q3_K: return &q3_k;
     case STRATA_TYPE_TQ1_0: return &tq1_0;
     case STRATA_TYPE_TQ2_0: return &tq2_0;
@@ -266,7 +271,7 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
      * overflow its 8 ways (the 6- and 8-token tiles ran at 60 % of the
      * 3-token one on AMD Zen 4). */
     if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float) + 64;
-    if (type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
+    if (type == STRATA_TYPE_Q2_K || type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
         type == STRATA_TYPE_Q6_K ||
         type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
         type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S || type == STRATA_TYPE_IQ2_XS ||
@@ -331,6 +336,7 @@ tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level)
     case STRATA_TYPE_IQ4_NL:
     case STRATA_TYPE_MXFP4: return tensor_x8_q8_0_quantize_act;
 #endif
+    case STRATA_TYPE_Q2_K:
     case STRATA_TYPE_Q3_K:
     case STRATA_TYPE_Q4_K:
     case STRATA_TYPE_Q5_K:

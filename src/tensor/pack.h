@@ -1,6 +1,6 @@
 /* Row-interleaved ("x8") weight layouts.
  *
- * A matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3 bit IQ
+ * A matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3 bit IQ
  * types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M), TQ1_0, TQ2_0,
  * F16 or BF16 weights whose row
  * count is a multiple of 8 can be repacked once, at load, so that each group of 8 consecutive rows

@@ -27,6 +27,8 @@
  *                where isum = sum_s sc_s * (codes . x over sub-block s) and
  *                imin = sum_s mn_s * (x summed over sub-block s)
  *   Q5_K:        as Q4_K, with the 5-bit codes
+ *   Q2_K:        as Q4_K over 16-element sub-blocks h: isum = sum_h sc_h *
+ *                (codes . x over h), imin = sum_h mn_h * (x summed over h)
  *   IQ4_NL:      as Q8_0, isum over the table values v[q]
  *   MXFP4:       as IQ4_NL over its table, with d_r = 2^(e_r - 128)
  *   IQ4_XS:      acc = fmaf((float)isum, d_r * dx, acc)
@@ -71,6 +73,22 @@ typedef struct block_q4_0x8 {
     uint16_t d[8];
     uint8_t qs[128];
 } block_q4_0x8;
+
+/* Q2_K x8: super-block b of rows 0..7 (8 sub-blocks s of 32, 16 halves
+ * h of 16).
+ *   d[r], dmin[r]: row r's f16 scales.
+ *   scales[8 h + r]: row r's scale byte of half h, as in the file (low
+ *   nibble the scale, high nibble the minimum).
+ *   qs[64 s + 32 t + 4 r + e], t = 0..1: bits 2k, 2k + 1 = row r's code
+ *   (0..3) in code vector j = 4t + k of sub-block s, byte e, which holds
+ *   element 32 s + 8 (j / 2) + 4 (j % 2) + e (Q4_K x8's order).
+ * w = d * sc_h * q - dmin * mn_h, as in Q2_K; the file's size. */
+typedef struct block_q2_kx8 {
+    uint16_t d[8];
+    uint16_t dmin[8];
+    uint8_t scales[128];
+    uint8_t qs[512];
+} block_q2_kx8;
 
 /* Q5_0 x8: block b of rows 0..7, Q4_0 x8's nibbles and one byte per
  * code-vector position for the fifth bits (as a Q5_K x8 sub-block).
@@ -249,6 +267,7 @@ _Static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "Q4_0x8 is 8 Q4_0
 _Static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "Q5_0x8 is 8 Q5_0 blocks");
 _Static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1), "Q4_1x8 is 8 Q4_1 blocks");
 _Static_assert(sizeof(block_q5_1x8) == 8 * sizeof(block_q5_1), "Q5_1x8 is 8 Q5_1 blocks");
+_Static_assert(sizeof(block_q2_kx8) == 8 * sizeof(block_q2_k), "Q2_Kx8 is 8 Q2_K blocks");
 _Static_assert(sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k), "Q6_Kx8 is 8 Q6_K blocks");
 _Static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "Q8_0x8 is 8 Q8_0 blocks");
 _Static_assert(sizeof(block_q4_kx8) == 1184, "Q4_Kx8 is 8 Q4_K blocks + 32 bytes");
@@ -307,12 +326,14 @@ bool tensor_x8_pack_tq1_0(const void *src, size_t src_row_bytes, int64_t n, void
 bool tensor_x8_pack_tq2_0(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq2_s(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_iq1_m(const void *src, size_t src_row_bytes, int64_t n, void *dst);
+bool tensor_x8_pack_q2_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_q3_k(const void *src, size_t src_row_bytes, int64_t n, void *dst);
 bool tensor_x8_pack_half(const void *src, size_t src_row_bytes, int64_t n, void *dst); /* F16, BF16 */
 
 /* Row r (0..7) of one packed group of n elements per row back in its GGUF
  * layout at dst (pack_unpack.c's row_<type> for the types of their own
  * files). */
+void tensor_x8_row_q2_k(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_q5_0(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_q4_1(const void *group, int64_t n, int r, void *dst);
 void tensor_x8_row_q5_1(const void *group, int64_t n, int r, void *dst);
@@ -360,6 +381,8 @@ void tensor_x8_iq2_s_scalar(int64_t n, const void *w, const void *x, size_t xs, 
                             size_t ys, int nt);
 void tensor_x8_iq1_m_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                             size_t ys, int nt);
+void tensor_x8_q2_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                           size_t ys, int nt);
 void tensor_x8_q3_k_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
                            size_t ys, int nt);
 void tensor_x8_iq4_xs_scalar(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -409,6 +432,8 @@ void tensor_x8_iq2_s_avx2(int64_t n, const void *w, const void *x, size_t xs, fl
                           size_t ys, int nt);
 void tensor_x8_iq1_m_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                           size_t ys, int nt);
+void tensor_x8_q2_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
+                         size_t ys, int nt);
 void tensor_x8_q3_k_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
                          size_t ys, int nt);
 void tensor_x8_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t xs, float *y,
@@ -460,6 +485,7 @@ TENSOR_X8_AVX512_DECL(tq2_0);
 TENSOR_X8_AVX512_DECL(iq2_s);
 TENSOR_X8_AVX512_DECL(iq1_m);
 TENSOR_X8_AVX512_DECL(q3_k);
+TENSOR_X8_AVX512_DECL(q2_k);   /* pack_q2_k.c */
 /* AMX (pack_amx.c): Q8_0, Q4_0 and Q4_K, one group and pairs, up to
  * TENSOR_X8_AMX_T tokens, the tile unit for exactly that many and the
  * AVX-512 kernels for fewer. Call only where strata_cpu_amx() is true. */
@@ -510,7 +536,7 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
 
 /* The activation rows a packed matmul reads (x above): the rows of the
  * type's vec_dot_type (Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL, Q8_K for Q4_K, Q5_K, Q6_K and
- * IQ4_XS (and Q3_K and the other IQ types), Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
+ * IQ4_XS (and Q2_K, Q3_K and the other IQ types), Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
  * that nothing reads), except that a row of Q8_0 blocks is followed, from the next
  * 4-byte boundary (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
  * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4). The kernels that keep

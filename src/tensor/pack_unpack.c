@@ -113,6 +113,7 @@ bool tensor_pack_row(uint32_t type, const void *packed, int64_t n_rows, int64_t 
     const int r = (int)(row % 8);
     switch (type) {
     case STRATA_TYPE_Q4_0: row_q4_0((const void *)g, n_cols / TENSOR_QK, r, dst); return true;
+    case STRATA_TYPE_Q2_K: tensor_x8_row_q2_k(g, n_cols, r, dst); return true;
     case STRATA_TYPE_Q5_0: tensor_x8_row_q5_0(g, n_cols, r, dst); return true;
     case STRATA_TYPE_Q4_1: tensor_x8_row_q4_1(g, n_cols, r, dst); return true;
     case STRATA_TYPE_Q5_1: tensor_x8_row_q5_1(g, n_cols, r, dst); return true;

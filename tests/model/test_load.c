@@ -527,7 +527,7 @@ static void expect_same_logits(model *packed, model *plain, const int32_t *ids, 
     expect_same_logits_tol(packed, plain, ids, n, n_threads, label, 1e-4);
 }
 
-/* Matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3
+/* Matrices of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, the 1-3
  * bit IQ types, TQ1_0, TQ2_0, F16 and BF16 are repacked at load (tensor/pack.h);
  * STRATA_REPACK=0 keeps the file's layout. Both give the same logits up to
  * float rounding. */
@@ -539,6 +539,7 @@ static void test_repack(void **state)
                                         "golden/models/llama-Q4_1.gguf",
                                         "golden/models/llama-Q5_1.gguf",
                                         "golden/models/llama-Q3_K.gguf",
+                                        "golden/models/llama-Q2_K.gguf",
                                         "golden/models/qwen2-Q8_0.gguf",
                                         "golden/models/qwen3-Q4_K.gguf",
                                         "golden/models/llama-Q6_K.gguf",

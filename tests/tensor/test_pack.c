@@ -48,7 +48,7 @@
 #endif
 
 static const uint32_t k_types[] = {STRATA_TYPE_Q4_0, STRATA_TYPE_Q5_0, STRATA_TYPE_Q4_1,
-                                   STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q3_K,
+                                   STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q2_K, STRATA_TYPE_Q3_K,
                                    STRATA_TYPE_Q4_K,
                                    STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_IQ4_NL,
                                    STRATA_TYPE_IQ4_XS, STRATA_TYPE_F16,  STRATA_TYPE_BF16,
@@ -82,7 +82,7 @@ static uint32_t act_type(uint32_t type)
 {
     if (is_half(type)) return STRATA_TYPE_F32;
     if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1) return STRATA_TYPE_Q8_1;
-    return type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
+    return type == STRATA_TYPE_Q2_K || type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
                    type == STRATA_TYPE_Q6_K || type == STRATA_TYPE_IQ4_XS || is_iq_table(type)
                ? STRATA_TYPE_Q8_K
                : STRATA_TYPE_Q8_0;
@@ -151,6 +151,27 @@ static float ref_dot(uint32_t type, const void *row, const void *xrow, int64_t n
             int32_t isum = 0;
             for (int i = 0; i < TENSOR_QK_K; i++) isum += dec.ls[i / 16] * dec.q[i] * x[ib].qs[i];
             acc = fmaf((float)isum, (dec.d * x[ib].d) * f, acc);
+        }
+        return acc;
+    }
+    if (type == STRATA_TYPE_Q2_K) {
+        /* from the block's bits (blocks.h): w = d sc q - dmin mn per 16 */
+        const block_q2_k *w = row;
+        const block_q8_k *x = xrow;
+        for (int64_t ib = 0; ib < n / TENSOR_QK_K; ib++) {
+            int32_t isum = 0, imin = 0;
+            for (int j = 0; j < 16; j++) {
+                int32_t dot = 0, xs = 0;
+                for (int i = 16 * j; i < 16 * j + 16; i++) {
+                    const int q = (w[ib].qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+                    dot += q * x[ib].qs[i];
+                    xs += x[ib].qs[i];
+                }
+                isum += (w[ib].scales[j] & 15) * dot;
+                imin += (w[ib].scales[j] >> 4) * xs;
+            }
+            acc = fmaf((float)isum, tensor_f16_to_f32(w[ib].d) * x[ib].d, acc);
+            acc = fmaf(-(float)imin, tensor_f16_to_f32(w[ib].dmin) * x[ib].d, acc);
         }
         return acc;
     }
@@ -368,6 +389,10 @@ static void fill_weights(uint32_t type, void *w, int64_t n_rows, int64_t n, enum
         } else if (type == STRATA_TYPE_Q3_K) {
             block_q3_k *k = (block_q3_k *)w + b;
             k->d = tensor_f32_to_f16(dv);
+        } else if (type == STRATA_TYPE_Q2_K) {
+            block_q2_k *k = (block_q2_k *)w + b;
+            k->d = tensor_f32_to_f16(dv);
+            k->dmin = tensor_f32_to_f16(f == FILL_EXTREME ? 65504.0f : dv * 0.5f);
         } else if (type == STRATA_TYPE_MXFP4) {
             /* exponents near 2^0, the subnormal scales of e = 0 and 1 in
              * some blocks, 2^12 at the extreme */
@@ -971,7 +996,9 @@ static void test_api(void **state)
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_0, 8, 1152));
     assert_true(tensor_pack_available(STRATA_TYPE_Q5_1, 8, 1152));
     assert_true(tensor_pack_available(STRATA_TYPE_Q4_1, 8, 32));
-    assert_false(tensor_pack_available(STRATA_TYPE_Q2_K, 8, 256));  /* no x8 layout */
+    assert_true(tensor_pack_available(STRATA_TYPE_Q2_K, 8, 256));
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q2_K, 8, 512), 16 * sizeof(block_q2_k));
+    assert_false(tensor_pack_available(STRATA_TYPE_Q8_K, 8, 256));  /* no x8 layout */
     assert_true(tensor_pack_available(STRATA_TYPE_F16, 8, 32));
     assert_true(tensor_pack_available(STRATA_TYPE_BF16, 16, 8));
     assert_false(tensor_pack_available(STRATA_TYPE_BF16, 8, 12));   /* not whole pairs of 4 */
@@ -988,7 +1015,7 @@ static void test_api(void **state)
                      tensor_x8_sums_offset(64) + 2 * sizeof(int32_t));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_1, 8, 256), 8 * 8 * sizeof(block_q5_1));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_1, 16, 64), 16 * 2 * sizeof(block_q4_1));
-    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q2_K, 8, 256), 0);
+    assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_K, 8, 256), 0);
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_NL, 8, 64), 16 * sizeof(block_iq4_nl));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_IQ4_XS, 16, 256), 2 * sizeof(block_iq4_xsx8));
     assert_false(tensor_pack_available(STRATA_TYPE_IQ4_XS, 8, 32));  /* not whole super-blocks */
@@ -1000,7 +1027,8 @@ static void test_api(void **state)
     assert_false(tensor_pack_available(STRATA_TYPE_Q3_K, 8, 128));  /* not whole super-blocks */
     assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_0 | TENSOR_PACKED));
     assert_true(tensor_matmul_supported(STRATA_TYPE_Q5_1 | TENSOR_PACKED));
-    assert_false(tensor_matmul_supported(STRATA_TYPE_Q2_K | TENSOR_PACKED));
+    assert_true(tensor_matmul_supported(STRATA_TYPE_Q2_K | TENSOR_PACKED));
+    assert_false(tensor_matmul_supported(STRATA_TYPE_Q8_K | TENSOR_PACKED));
 
     char buf[8 * sizeof(block_q8_0)] = {0};
     char out[sizeof buf];

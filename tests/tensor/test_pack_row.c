@@ -66,6 +66,8 @@ static void test_rows_come_back(void **state)
     roundtrip(STRATA_TYPE_Q5_1, 8, 64, 23);
     roundtrip(STRATA_TYPE_Q8_0, 16, 160, 3);
     roundtrip(STRATA_TYPE_Q8_0, 8, 2048, 4);
+    roundtrip(STRATA_TYPE_Q2_K, 16, 256, 24);
+    roundtrip(STRATA_TYPE_Q2_K, 8, 2048, 25);
     roundtrip(STRATA_TYPE_Q4_K, 16, 256, 5);
     roundtrip(STRATA_TYPE_Q4_K, 8, 2048, 6);
     roundtrip(STRATA_TYPE_Q6_K, 16, 256, 7);
