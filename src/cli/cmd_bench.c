@@ -316,9 +316,12 @@ int cmd_bench(int argc, char **argv)
             snprintf(active, sizeof(active), " A%.2f%s", na >= 1e9 ? na / 1e9 : na / 1e6,
                      na >= 1e9 ? "B" : "M");
         }
+        /* the file type's name, as llama-bench prints it (a Q4_K_M file's
+         * largest tensor may be a Q8_0 or Q6_K output matrix) */
+        const char *ftype = gguf_file_type_name(s.file_type);
         snprintf(model_desc, sizeof(model_desc), "%s %.2f%s%s %s", m->hp.arch_name,
                  np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M", active,
-                 strata_type_name(main_type));
+                 ftype != NULL ? ftype : strata_type_name(main_type));
         snprintf(size_desc, sizeof(size_desc), "%.2f MiB", (double)s.tensor_bytes / 1048576.0);
         /* bytes one decode step streams: every tensor but the embedding
          * table, of which it reads one row (unless the output is tied to
@@ -330,9 +333,9 @@ int cmd_bench(int argc, char **argv)
         strata_cpu_describe(cpu, sizeof(cpu));
         if (!as_json) {
             printf("# %s\n# %s\n\n", path, cpu);
-            printf("| %-24s | %12s | %7s | %6s | %6s | %14s | %15s |\n", "model", "size",
+            printf("| %-30s | %12s | %7s | %6s | %6s | %14s | %15s |\n", "model", "size",
                    "threads", "type_k", "type_v", "test", "t/s");
-            printf("| %s | %s | %s | %s | %s | %s | %s |\n", "------------------------",
+            printf("| %s | %s | %s | %s | %s | %s | %s |\n", "------------------------------",
                    "-----------:", "------:", "-----:", "-----:", "-------------:",
                    "---------------:");
         }
@@ -407,7 +410,7 @@ int cmd_bench(int argc, char **argv)
                     } else {
                         char rate[48];
                         snprintf(rate, sizeof(rate), "%.2f ± %.2f", mean, sd);
-                        printf("| %-24s | %12s | %7" PRId64 " | %6s | %6s | %14s | %16s |\n",
+                        printf("| %-30s | %12s | %7" PRId64 " | %6s | %6s | %14s | %16s |\n",
                                model_desc, size_desc, n_threads, tk, tv, test_name, rate);
                     }
                 }

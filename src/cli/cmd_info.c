@@ -109,6 +109,8 @@ static void print_text(const gguf *g, const gguf_summary *s, const char *path, b
            g->shards[0].version, s->n_shards, s->n_shards == 1 ? "" : "s");
     printf("%-17s %.*s\n", "architecture:", (int)s->arch.len, s->arch.ptr);
     printf("%-17s %.*s\n", "name:", (int)s->name.len, s->name.ptr);
+    const char *ftype = gguf_file_type_name(s->file_type);
+    if (ftype != NULL) printf("%-17s %s\n", "file type:", ftype);
     char graph[512];
     bool graph_ok;
     model_hparams hp;

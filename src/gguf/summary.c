@@ -105,3 +105,45 @@ void gguf_summarize(const gguf *g, gguf_summary *s)
         s->types[t->type].n_bytes += t->n_bytes;
     }
 }
+
+const char *gguf_file_type_name(int64_t file_type)
+{
+    /* general.file_type's values (llama.cpp's llama_ftype) and the names
+     * llama-bench and llama.cpp's loader print for them */
+    switch (file_type) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 19: return "IQ2_XXS - 2.0625 bpw";
+    case 20: return "IQ2_XS - 2.3125 bpw";
+    case 21: return "Q2_K - Small";
+    case 22: return "IQ3_XS - 3.3 bpw";
+    case 23: return "IQ3_XXS - 3.0625 bpw";
+    case 24: return "IQ1_S - 1.5625 bpw";
+    case 25: return "IQ4_NL - 4.5 bpw";
+    case 26: return "IQ3_S - 3.4375 bpw";
+    case 27: return "IQ3_S mix - 3.66 bpw";
+    case 28: return "IQ2_S - 2.5 bpw";
+    case 29: return "IQ2_M - 2.7 bpw";
+    case 30: return "IQ4_XS - 4.25 bpw";
+    case 31: return "IQ1_M - 1.75 bpw";
+    case 32: return "BF16";
+    case 36: return "TQ1_0 - 1.69 bpw ternary";
+    case 37: return "TQ2_0 - 2.06 bpw ternary";
+    case 38: return "MXFP4 MoE";
+    default: return NULL;
+    }
+}

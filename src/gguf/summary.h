@@ -53,4 +53,8 @@ typedef struct gguf_summary {
 /* Fills *s from g. Values of an unexpected type count as absent. */
 void gguf_summarize(const gguf *g, gguf_summary *s);
 
+/* The name llama.cpp's tools give a general.file_type value ("Q4_K -
+ * Medium", "Q8_0", "F16"), or NULL for -1 and values it does not name. */
+const char *gguf_file_type_name(int64_t file_type);
+
 #endif

@@ -161,6 +161,30 @@ static void test_vocab_only_file(void **state)
 
 /* The graph line: what Strata would run for each architecture of the
  * golden files, and why it refuses one it has no graph for. */
+/* general.file_type by the name llama.cpp's tools print; a file without
+ * the key has no such line. */
+static void test_file_type_line(void **state)
+{
+    (void)state;
+    static const char *const files[][2] = {
+        {"golden/models/gemma3-Q4_K_M.gguf", "file type:        Q4_K - Medium\n"},
+        {"golden/models/llama-Q3_K.gguf", "file type:        Q3_K - Medium\n"},
+    };
+    char path[4096];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        TESTDATA_FILE(path, files[i][0]);
+        run_result r = run_info(path, NULL, NULL);
+        assert_int_equal(r.status, 0);
+        assert_contains(r.out, files[i][1]);
+        run_result_free(&r);
+    }
+    TESTDATA_FILE(path, "models/stories260K.gguf");
+    run_result r = run_info(path, NULL, NULL);
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "file type:"));
+    run_result_free(&r);
+}
+
 static void test_graph_line(void **state)
 {
     (void)state;
@@ -207,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_bad_files_fail_with_message),
         cmocka_unit_test(test_vocab_only_file),
         cmocka_unit_test(test_graph_line),
+        cmocka_unit_test(test_file_type_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
