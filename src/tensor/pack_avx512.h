@@ -51,6 +51,30 @@ X8_AVX512_INLINE void prefetch_lines(const void *p, size_t bytes, size_t ahead)
         _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
 }
 
+/* tensor_x8_codes_avx2 for a pair of groups (qs0, qh0 in the low half,
+ * qs1, qh1 in the high; NG == 1: the low half alone); qh0 NULL: 4-bit
+ * codes. The fifth bit goes in by one ternary op, (A & m4) | C. */
+X8_AVX512_INLINE void x8_codes_512(const uint8_t *qs0, const uint8_t *qs1, const uint8_t *qh0,
+                                   const uint8_t *qh1, const int NG, __m512i c[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const __m512i hb = qh0 != NULL ? load_pair256(qh0, qh1, NG) : _mm512_setzero_si512();
+    for (int m = 0; m < 4; m++) {
+        const __m512i q = load_pair256(qs0 + 32 * m, qs1 + 32 * m, NG);
+        const __m512i qq[2] = {q, _mm512_srli_epi16(q, 4)};
+        for (int k = 0; k < 2; k++) {
+            const int j = 2 * m + k;
+            if (qh0 == NULL) {
+                c[j] = _mm512_and_si512(qq[k], m4);
+                continue;
+            }
+            const __m512i h = _mm512_and_si512(
+                j <= 4 ? _mm512_slli_epi16(hb, 4 - j) : _mm512_srli_epi16(hb, j - 4), m10);
+            c[j] = _mm512_ternarylogic_epi32(qq[k], m4, h, 0xea); /* (A & B) | C */
+        }
+    }
+}
+
 X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
 {
     if (NG == 2)

@@ -121,7 +121,6 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
     const block_q5_0x8 *wb = w;
     const int64_t nb = n / TENSOR_QK;
     const size_t corr_off = tensor_x8_sums_offset(n);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -130,22 +129,8 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
         for (size_t off = 0; off < sizeof(block_q5_0x8); off += 64)
             _mm_prefetch((const char *)b + TENSOR_X8_PREFETCH_AHEAD + off, _MM_HINT_T0);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
-        /* bit j of each byte of hb is the fifth bit of code vector j; a
-         * 16-bit shift by at most 4 brings no bit of the neighbouring byte
-         * to bit 4 */
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)b->qh);
         __m256i c[8];
-        for (int m = 0; m < 4; m++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
-            const int j0 = 2 * m, j1 = 2 * m + 1;
-            const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0)
-                                       : _mm256_srli_epi16(hb, j0 - 4);
-            const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1)
-                                       : _mm256_srli_epi16(hb, j1 - 4);
-            c[j0] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(h0, m10));
-            c[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                    _mm256_and_si256(h1, m10));
-        }
+        tensor_x8_codes_avx2(b->qs, b->qh, c);
         for (int t = 0; t < NT; t++) {
             const char *xr = (const char *)x + (size_t)t * xs;
             const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
@@ -189,26 +174,14 @@ X8_AVX512_INLINE void q5_0_tile(int64_t n, const void *w, size_t gs, const void 
     const block_q5_0x8 *b1 = (const block_q5_0x8 *)((const char *)w + gs);
     const int64_t nb = n / TENSOR_QK;
     const size_t sums_off = tensor_x8_sums_offset(n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         prefetch_lines(&b0[ib], sizeof(block_q5_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q5_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
         const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
-        const __m512i hb = load_pair256(b0[ib].qh, b1[ib].qh, NG);
         __m512i c[8];
-        for (int m = 0; m < 4; m++) {
-            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
-            const int j0 = 2 * m, j1 = 2 * m + 1;
-            const __m512i h0 = _mm512_and_si512(
-                j0 <= 4 ? _mm512_slli_epi16(hb, 4 - j0) : _mm512_srli_epi16(hb, j0 - 4), m10);
-            const __m512i h1 = _mm512_and_si512(
-                j1 <= 4 ? _mm512_slli_epi16(hb, 4 - j1) : _mm512_srli_epi16(hb, j1 - 4), m10);
-            /* 0xea: (A & B) | C, with A the nibbles, B = m4, C the fifth bit */
-            c[j0] = _mm512_ternarylogic_epi32(q, m4, h0, 0xea);
-            c[j1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, h1, 0xea);
-        }
+        x8_codes_512(b0[ib].qs, b1[ib].qs, b0[ib].qh, b1[ib].qh, NG, c);
         for (int t = 0; t < NT; t++) {
             const char *xr = (const char *)x + (size_t)t * xs;
             const block_q8_0 *xb = (const block_q8_0 *)xr + ib;

@@ -184,7 +184,6 @@ TENSOR_AVX2_INLINE void offset_tile(int64_t n, const void *w, size_t block_bytes
                                     const void *x, size_t xs, float *y, size_t ys, const int NT)
 {
     const int64_t nb = n / TENSOR_QK;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -196,28 +195,7 @@ TENSOR_AVX2_INLINE void offset_tile(int64_t n, const void *w, size_t block_bytes
         const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16)));
         const uint8_t *qs = b + 32;
         __m256i c[8];
-        if (FIVE) {
-            /* bit j of each byte of hb: the fifth bit of code vector j,
-             * moved to bit 4 (Q5_0's kernel says why the shift is safe) */
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(qs + 128));
-            for (int m = 0; m < 4; m++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
-                const int j0 = 2 * m, j1 = 2 * m + 1;
-                const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0)
-                                           : _mm256_srli_epi16(hb, j0 - 4);
-                const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1)
-                                           : _mm256_srli_epi16(hb, j1 - 4);
-                c[j0] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(h0, m10));
-                c[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                        _mm256_and_si256(h1, m10));
-            }
-        } else {
-            for (int m = 0; m < 4; m++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
-                c[2 * m] = _mm256_and_si256(q, m4);
-                c[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            }
-        }
+        tensor_x8_codes_avx2(qs, FIVE ? qs + 128 : NULL, c);
         for (int t = 0; t < NT; t++) {
             const block_q8_1 *xb = (const block_q8_1 *)((const char *)x + (size_t)t * xs) + ib;
             __m256i isum = _mm256_setzero_si256();
@@ -261,7 +239,6 @@ X8_AVX512_INLINE void offset_tile512(int64_t n, const void *w, size_t block_byte
                                      const int NG, const int NT)
 {
     const int64_t nb = n / TENSOR_QK;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -273,26 +250,7 @@ X8_AVX512_INLINE void offset_tile512(int64_t n, const void *w, size_t block_byte
         const __m512 mw = load_scales((const uint16_t *)(b0 + 16), (const uint16_t *)(b1 + 16), NG);
         const uint8_t *qs0 = b0 + 32, *qs1 = b1 + 32;
         __m512i c[8];
-        if (FIVE) {
-            const __m512i hb = load_pair256(qs0 + 128, qs1 + 128, NG);
-            for (int m = 0; m < 4; m++) {
-                const __m512i q = load_pair256(qs0 + 32 * m, qs1 + 32 * m, NG);
-                const int j0 = 2 * m, j1 = 2 * m + 1;
-                const __m512i h0 = _mm512_and_si512(
-                    j0 <= 4 ? _mm512_slli_epi16(hb, 4 - j0) : _mm512_srli_epi16(hb, j0 - 4), m10);
-                const __m512i h1 = _mm512_and_si512(
-                    j1 <= 4 ? _mm512_slli_epi16(hb, 4 - j1) : _mm512_srli_epi16(hb, j1 - 4), m10);
-                /* 0xea: (A & B) | C, A the nibbles, B = m4, C the fifth bit */
-                c[j0] = _mm512_ternarylogic_epi32(q, m4, h0, 0xea);
-                c[j1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, h1, 0xea);
-            }
-        } else {
-            for (int m = 0; m < 4; m++) {
-                const __m512i q = load_pair256(qs0 + 32 * m, qs1 + 32 * m, NG);
-                c[2 * m] = _mm512_and_si512(q, m4);
-                c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            }
-        }
+        x8_codes_512(qs0, qs1, FIVE ? qs0 + 128 : NULL, qs1 + 128, NG, c);
         for (int t = 0; t < NT; t++) {
             const block_q8_1 *xb = (const block_q8_1 *)((const char *)x + (size_t)t * xs) + ib;
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();

@@ -166,7 +166,6 @@ TENSOR_AVX2_INLINE void q5_kx8_tile(int64_t n, const void *w, const void *x, siz
 {
     const block_q5_kx8 *wb = w;
     const int64_t nb = n / TENSOR_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
     /* the 8 scale bytes of a sub-block to int16 lanes 2r, 2r+1 (Q4_K's) */
     const __m256i sc_pairs = _mm256_setr_epi8(
         0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
@@ -189,22 +188,8 @@ TENSOR_AVX2_INLINE void q5_kx8_tile(int64_t n, const void *w, const void *x, siz
             int64_t sc8;
             memcpy(&sc8, b->sc + 8 * s, 8);
             const __m256i sc16 = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), sc_pairs);
-            /* bit j of each byte of hb is the fifth bit of code vector j;
-             * it moves to bit 4 (a 16-bit shift by at most 4 brings no bit
-             * of the neighbouring byte to bit 4) */
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)b->sb[s].qh);
             __m256i c[8];
-            for (int m = 0; m < 4; m++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
-                const int j0 = 2 * m, j1 = 2 * m + 1;
-                const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0)
-                                           : _mm256_srli_epi16(hb, j0 - 4);
-                const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1)
-                                           : _mm256_srli_epi16(hb, j1 - 4);
-                c[j0] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(h0, m10));
-                c[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                        _mm256_and_si256(h1, m10));
-            }
+            tensor_x8_codes_avx2(qs, b->sb[s].qh, c);
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
                 for (int half = 0; half < 2; half++) {
@@ -263,7 +248,6 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
     const block_q5_kx8 *b0 = w;
     const block_q5_kx8 *b1 = (const block_q5_kx8 *)((const char *)w + gs);
     const int64_t nb = n / TENSOR_QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     __m512 acc[X8_AVX512_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -286,19 +270,8 @@ X8_AVX512_INLINE void q5_k_tile(int64_t n, const void *w, size_t gs, const void 
             if (NG == 2)
                 sc8 = _mm_unpacklo_epi64(sc8, _mm_loadl_epi64((const __m128i *)(b1[ib].sc + 8 * s)));
             const __m512i sc32 = _mm512_cvtepu8_epi32(sc8);
-            const __m512i hb = load_pair256(h0, h1, NG);
             __m512i c[8];
-            for (int m = 0; m < 4; m++) {
-                const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
-                const int j0 = 2 * m, j1 = 2 * m + 1;
-                const __m512i hh0 = j0 <= 4 ? _mm512_slli_epi16(hb, 4 - j0)
-                                            : _mm512_srli_epi16(hb, j0 - 4);
-                const __m512i hh1 = j1 <= 4 ? _mm512_slli_epi16(hb, 4 - j1)
-                                            : _mm512_srli_epi16(hb, j1 - 4);
-                c[j0] = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(hh0, m10));
-                c[j1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
-                                        _mm512_and_si512(hh1, m10));
-            }
+            x8_codes_512(q0, q1, h0, h1, NG, c);
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
                 __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();

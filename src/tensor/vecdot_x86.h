@@ -94,6 +94,29 @@ TENSOR_AVX2_INLINE __m256i tensor_bcast4(const void *p)
     return _mm256_set1_epi32(v);
 }
 
+/* The 8 code vectors of an x8 block in Q4_0 x8's order from its 128
+ * nibble bytes qs (c[2m]: low nibbles of qs[32m..], c[2m + 1]: high) and,
+ * where qh is not NULL, its 32 bytes of fifth bits (bit j of each byte:
+ * code vector j's), as Q5_0, Q5_1 and a Q5_K sub-block hold them. A
+ * 16-bit shift by at most 4 brings no bit of the neighbouring byte to bit
+ * 4, so one shift and mask place a fifth bit. */
+TENSOR_AVX2_INLINE void tensor_x8_codes_avx2(const uint8_t *qs, const uint8_t *qh, __m256i c[8])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const __m256i hb = qh != NULL ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int m = 0; m < 4; m++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * m));
+        c[2 * m] = _mm256_and_si256(q, m4);
+        c[2 * m + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh == NULL) continue;
+        for (int k = 0; k < 2; k++) {
+            const int j = 2 * m + k;
+            const __m256i h = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
+            c[j] = _mm256_or_si256(c[j], _mm256_and_si256(h, m10));
+        }
+    }
+}
+
 /* How far ahead, in bytes, the Q4_0 and Q8_0 x8 kernels prefetch in their
  * group stream: every cache line of the block this far ahead is asked for
  * (one prefetch per block would leave most lines of these 144- and
