@@ -169,14 +169,8 @@ TENSOR_AVX2_INLINE void q2_kx8_tile(int64_t n, const void *w, const void *x, siz
             }
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
-                for (int half = 0; half < 2; half++) {
-                    const int j = 4 * half;
-                    __m256i s16 = _mm256_maddubs_epi16(c[j], tensor_bcast4(xq + 4 * j));
-                    for (int k = 1; k < 4; k++)
-                        s16 = _mm256_add_epi16(
-                            s16, _mm256_maddubs_epi16(c[j + k], tensor_bcast4(xq + 4 * (j + k))));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, sc16[half]));
-                }
+                isum[t] = _mm256_add_epi32(isum[t],
+                                           tensor_x8_dot_halves_avx2(c, xq, sc16[0], sc16[1]));
             }
         }
         /* the minima of sub-blocks 2p and 2p + 1 as int16 pairs (r, k) */

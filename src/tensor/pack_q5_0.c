@@ -136,15 +136,8 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
             const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
             int32_t corr;
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
-            __m256i isum = _mm256_set1_epi32(corr);
-            for (int half = 0; half < 2; half++) {
-                const int j = 4 * half;
-                __m256i s16 = _mm256_maddubs_epi16(c[j], tensor_bcast4(xb->qs + 4 * j));
-                for (int k = 1; k < 4; k++)
-                    s16 = _mm256_add_epi16(
-                        s16, _mm256_maddubs_epi16(c[j + k], tensor_bcast4(xb->qs + 4 * (j + k))));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, ones));
-            }
+            const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(corr),
+                                                  tensor_x8_dot_halves_avx2(c, xb->qs, ones, ones));
             const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb->d)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[t]);
         }

@@ -192,14 +192,7 @@ TENSOR_AVX2_INLINE void q5_kx8_tile(int64_t n, const void *w, const void *x, siz
             tensor_x8_codes_avx2(qs, b->sb[s].qh, c);
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = xb[t]->qs + 32 * s;
-                for (int half = 0; half < 2; half++) {
-                    const int j = 4 * half;
-                    __m256i s16 = _mm256_maddubs_epi16(c[j], tensor_bcast4(xq + 4 * j));
-                    for (int k = 1; k < 4; k++)
-                        s16 = _mm256_add_epi16(
-                            s16, _mm256_maddubs_epi16(c[j + k], tensor_bcast4(xq + 4 * (j + k))));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, sc16));
-                }
+                isum[t] = _mm256_add_epi32(isum[t], tensor_x8_dot_halves_avx2(c, xq, sc16, sc16));
             }
         }
         __m256i mn16[4];

@@ -117,6 +117,26 @@ TENSOR_AVX2_INLINE void tensor_x8_codes_avx2(const uint8_t *qs, const uint8_t *q
     }
 }
 
+/* The dot products of 8 code vectors (unsigned, at most 31) with the 32
+ * activation bytes at xq, rows as int32 lanes: code vectors 0..3 (the
+ * first 16 elements) and 4..7 each summed in int16 (4 maddubs lanes of
+ * codes <= 31 and |x| <= 128 stay within 31744) and taken to int32 by a
+ * madd with w0 and w1, the int16 pairs of their scales (ones for none). */
+TENSOR_AVX2_INLINE __m256i tensor_x8_dot_halves_avx2(const __m256i c[8], const int8_t *xq,
+                                                     __m256i w0, __m256i w1)
+{
+    __m256i r = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+        const int j = 4 * half;
+        __m256i s16 = _mm256_maddubs_epi16(c[j], tensor_bcast4(xq + 4 * j));
+        for (int k = 1; k < 4; k++)
+            s16 = _mm256_add_epi16(s16,
+                                   _mm256_maddubs_epi16(c[j + k], tensor_bcast4(xq + 4 * (j + k))));
+        r = _mm256_add_epi32(r, _mm256_madd_epi16(s16, half == 0 ? w0 : w1));
+    }
+    return r;
+}
+
 /* How far ahead, in bytes, the Q4_0 and Q8_0 x8 kernels prefetch in their
  * group stream: every cache line of the block this far ahead is asked for
  * (one prefetch per block would leave most lines of these 144- and
