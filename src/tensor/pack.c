@@ -271,8 +271,8 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
      * overflow its 8 ways (the 6- and 8-token tiles ran at 60 % of the
      * 3-token one on AMD Zen 4). */
     if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) return (size_t)n * sizeof(float) + 64;
-    if (type == STRATA_TYPE_Q2_K || type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K ||
-        type == STRATA_TYPE_Q6_K ||
+    if (type == STRATA_TYPE_Q2_K || type == STRATA_TYPE_Q3_K || type == STRATA_TYPE_Q4_K ||
+        type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K ||
         type == STRATA_TYPE_IQ4_XS || type == STRATA_TYPE_IQ3_XXS || type == STRATA_TYPE_IQ3_S ||
         type == STRATA_TYPE_IQ2_XXS || type == STRATA_TYPE_IQ1_S || type == STRATA_TYPE_IQ2_XS ||
         type == STRATA_TYPE_IQ2_S || type == STRATA_TYPE_IQ1_M || type == STRATA_TYPE_TQ1_0 ||
