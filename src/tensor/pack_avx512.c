@@ -37,93 +37,20 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* ------------------------------------------------------------ Q4_0 */
+/* ------------------------------------------------------------ Q4_0, Q8_0 */
 
-/* Codes stay unsigned (0..15), VPDPBUSD's unsigned operand; isum starts
- * from the row's -8 * (sum of the activation codes), so it ends as the
- * signed dot product sum (q - 8) * x. Bound: |isum| <= 32 * 15 * 128 +
- * 8 * 32 * 128 < 2^17. */
+/* pack_avx512.h's x8_q8_0_tile (shared with Q5_0) says how the codes stay
+ * unsigned and bounds the sums. */
 X8_AVX512_INLINE void q4_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                 float *y, size_t ys, const int NG, const int NT)
 {
-    const block_q4_0x8 *b0 = w;
-    const block_q4_0x8 *b1 = (const block_q4_0x8 *)((const char *)w + gs);
-    const int64_t nb = n / TENSOR_QK;
-    const size_t sums_off = tensor_x8_sums_offset(n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[X8_AVX512_MAX_T];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_q4_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q4_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
-        /* c[2m]: elements 8m + e of the 16 rows, c[2m + 1]: 8m + 4 + e */
-        __m512i c[8];
-        for (int m = 0; m < 4; m++) {
-            const __m512i q = load_pair256(b0[ib].qs + 32 * m, b1[ib].qs + 32 * m, NG);
-            c[2 * m] = _mm512_and_si512(q, m4);
-            c[2 * m + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        }
-        for (int t = 0; t < NT; t++) {
-            const char *xr = (const char *)x + (size_t)t * xs;
-            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
-            /* two chains, so that one token's sum is not 8 latencies long */
-            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
-            __m512i s1 = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
-                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
-            }
-            const __m512i isum = _mm512_add_epi32(s0, s1);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
-        }
-    }
-    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+    x8_q8_0_tile(n, w, gs, x, xs, y, ys, NG, NT, X8_TILE_Q4_0);
 }
 
-/* ------------------------------------------------------------ Q8_0 */
-
-/* VPDPBUSD wants one unsigned operand and both codes are signed (AVX-512
- * has no byte sign-flip to use |w| as the AVX2 kernel does): the weight
- * codes get 128 added (xor 0x80 maps -128..127 to 0..255), so each product
- * is (w + 128) * x and isum starts from -128 * (sum of the activation
- * codes), which the activation row holds per block. Bound: |isum| <=
- * 32 * 255 * 128 + 128 * 32 * 128 < 2^21. */
 X8_AVX512_INLINE void q8_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                 float *y, size_t ys, const int NG, const int NT)
 {
-    const block_q8_0x8 *b0 = w;
-    const block_q8_0x8 *b1 = (const block_q8_0x8 *)((const char *)w + gs);
-    const int64_t nb = n / TENSOR_QK;
-    const size_t sums_off = tensor_x8_sums_offset(n);
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512 acc[X8_AVX512_MAX_T];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_q8_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q8_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
-        /* c[j]: elements 4j..4j+3 of the 16 rows, plus 128 */
-        __m512i c[8];
-        for (int j = 0; j < 8; j++)
-            c[j] = _mm512_xor_si512(
-                load_pair256(b0[ib].qs + 32 * j, b1[ib].qs + 32 * j, NG), bias);
-        for (int t = 0; t < NT; t++) {
-            const char *xr = (const char *)x + (size_t)t * xs;
-            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
-            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
-            __m512i s1 = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
-                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
-            }
-            const __m512i isum = _mm512_add_epi32(s0, s1);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
-        }
-    }
-    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+    x8_q8_0_tile(n, w, gs, x, xs, y, ys, NG, NT, X8_TILE_Q8_0);
 }
 
 /* ------------------------------------------------------------ Q4_K */

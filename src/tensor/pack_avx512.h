@@ -7,9 +7,12 @@
 
 #if defined(__x86_64__)
 
+#include "tensor/fp16.h"
 #include "tensor/pack_internal.h"
+#include "tensor/vecdot_x86.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -81,6 +84,69 @@ X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
         _mm512_storeu_ps(y, v);
     else
         _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
+}
+
+/* The x8 layouts whose blocks are 8 f16 scales d[8] then the codes, with
+ * Q8_0 activations: Q4_0 (qs), Q5_0 (qs, then qh) and Q8_0 (qs, signed).
+ * One tile serves the three, 16 rows (two groups) x NT tokens; KIND is a
+ * constant in each instantiation, so each compiles to its own code. */
+enum { X8_TILE_Q4_0, X8_TILE_Q5_0, X8_TILE_Q8_0 };
+
+_Static_assert(offsetof(block_q4_0x8, qs) == 16 && offsetof(block_q5_0x8, qs) == 16 &&
+                   offsetof(block_q8_0x8, qs) == 16 && offsetof(block_q5_0x8, qh) == 16 + 128,
+               "x8_q8_0_tile reads d at 0, qs at 16 and Q5_0's qh after qs");
+
+/* Code vector j holds elements 4j..4j+3 of the 16 rows' block (Q4_0/Q5_0:
+ * c[2m] the low nibbles of qs[32m..], c[2m + 1] the high ones, as
+ * x8_codes_512). The codes stay unsigned (VPDPBUSD's unsigned operand):
+ * Q4_0's 0..15 and Q5_0's 0..31 as stored, Q8_0's with 128 added (xor
+ * 0x80; AVX-512 has no byte sign-flip to use |w| as the AVX2 kernel does).
+ * isum starts from the activation row's sum of the block's codes times -8,
+ * -16 or -128 (tensor_x8_sums_offset), so it ends as the signed dot product
+ * sum (q - offset) * x. Bounds: |isum| <= 32 * 15 * 128 + 8 * 32 * 128 <
+ * 2^17 (Q4_0), 32 * 31 * 128 + 16 * 32 * 128 < 2^18 (Q5_0), 32 * 255 * 128
+ * + 128 * 32 * 128 < 2^21 (Q8_0). */
+X8_AVX512_INLINE void x8_q8_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
+                                   float *y, size_t ys, const int NG, const int NT, const int KIND)
+{
+    const size_t bb = KIND == X8_TILE_Q4_0   ? sizeof(block_q4_0x8)
+                      : KIND == X8_TILE_Q5_0 ? sizeof(block_q5_0x8)
+                                             : sizeof(block_q8_0x8);
+    const uint8_t *w0 = w, *w1 = (const uint8_t *)w + gs;
+    const int64_t nb = n / TENSOR_QK;
+    const size_t sums_off = tensor_x8_sums_offset(n);
+    __m512 acc[X8_AVX512_MAX_T];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *p0 = w0 + (size_t)ib * bb, *p1 = w1 + (size_t)ib * bb;
+        prefetch_lines(p0, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
+        if (NG == 2) prefetch_lines(p1, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
+        const __m512 dw = load_scales((const uint16_t *)p0, (const uint16_t *)p1, NG);
+        const uint8_t *q0 = p0 + 16, *q1 = p1 + 16;
+        __m512i c[8];
+        if (KIND == X8_TILE_Q8_0) {
+            const __m512i bias = _mm512_set1_epi8((char)0x80);
+            for (int j = 0; j < 8; j++)
+                c[j] = _mm512_xor_si512(load_pair256(q0 + 32 * j, q1 + 32 * j, NG), bias);
+        } else {
+            x8_codes_512(q0, q1, KIND == X8_TILE_Q5_0 ? q0 + 128 : NULL, q1 + 128, NG, c);
+        }
+        for (int t = 0; t < NT; t++) {
+            const char *xr = (const char *)x + (size_t)t * xs;
+            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
+            /* two chains, so that one token's sum is not 8 latencies long */
+            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
+            __m512i s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
+                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
+            }
+            const __m512i isum = _mm512_add_epi32(s0, s1);
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
 }
 
 /* Q4_K x8 (shared by the AVX-512 and AMX kernels): the 8 rows' 6-bit

@@ -156,40 +156,12 @@ TENSOR_AVX2_TARGET void tensor_x8_q5_0_avx2(int64_t n, const void *w, const void
     }
 }
 
-/* AVX-512 VNNI, 16 rows (two groups) x NT tokens (pack_avx512.c has the
- * frame): Q4_0's tile with the fifth bit or-ed into each code vector by a
- * ternary op. isum starts from the row's -16 * (sum of the activation
- * codes); |isum| < 2^18 as above. */
+/* AVX-512 VNNI, 16 rows (two groups) x NT tokens: Q4_0's tile with the
+ * fifth bit or-ed into each code vector (pack_avx512.h's x8_q8_0_tile). */
 X8_AVX512_INLINE void q5_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                 float *y, size_t ys, const int NG, const int NT)
 {
-    const block_q5_0x8 *b0 = w;
-    const block_q5_0x8 *b1 = (const block_q5_0x8 *)((const char *)w + gs);
-    const int64_t nb = n / TENSOR_QK;
-    const size_t sums_off = tensor_x8_sums_offset(n);
-    __m512 acc[X8_AVX512_MAX_T];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        prefetch_lines(&b0[ib], sizeof(block_q5_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(&b1[ib], sizeof(block_q5_0x8), TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        const __m512 dw = load_scales(b0[ib].d, b1[ib].d, NG);
-        __m512i c[8];
-        x8_codes_512(b0[ib].qs, b1[ib].qs, b0[ib].qh, b1[ib].qh, NG, c);
-        for (int t = 0; t < NT; t++) {
-            const char *xr = (const char *)x + (size_t)t * xs;
-            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
-            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
-            __m512i s1 = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
-                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
-            }
-            const __m512i isum = _mm512_add_epi32(s0, s1);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
-        }
-    }
-    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
+    x8_q8_0_tile(n, w, gs, x, xs, y, ys, NG, NT, X8_TILE_Q5_0);
 }
 
 X8_AVX512_SET(q5_0)
