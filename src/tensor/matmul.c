@@ -106,30 +106,28 @@ static void resolve_kernels(void)
 
 /* Matrix x vector (one token) on the pair kernels, two groups' streams
  * per call, or one group per call. Measured by model decode (llama-1b,
- * 2 threads): on an Intel Xeon with AVX-512 (Sapphire Rapids class) pairs
- * decode F16 17 %, Q8_0 10 % and Q4_0 6 % faster (one thread: F16 20 %)
- * and Q4_K as fast; on AMD Zen with AVX-512 two streams per thread ran at
- * about half the memory rate of one. So pairs for those four types on
- * Intel CPUs, one group elsewhere; STRATA_DECODE_PAIRS=1 or 0 sets it for
- * every type with pair kernels. Either way a pair gets the bits of two
- * one-group calls. */
-static int g_decode_pairs; /* -1: one group; 0: by type (Intel); 1: always */
+ * 2 threads): on Intel Xeons with AVX-512 (Sapphire and Emerald Rapids
+ * class) pairs decode F16 17 %, Q8_0 10 %, Q4_0 6 % faster, and, on the
+ * Emerald Rapids one, Q4_K_M 11 %, Q5_K_M 3 % and Q6_K 1-15 % (where the
+ * one-group path runs the K-quants' 256-bit kernels); on AMD Zen with
+ * AVX-512 two streams per thread ran at about half the memory rate of one.
+ * So pairs on Intel CPUs, one group elsewhere; STRATA_DECODE_PAIRS=1 or 0
+ * sets it. Either way a pair gets the bits of two one-group calls. */
+static bool g_decode_pairs;
 static pthread_once_t g_decode_pairs_once = PTHREAD_ONCE_INIT;
 
 static void decode_pairs_init(void)
 {
     const char *env = getenv("STRATA_DECODE_PAIRS");
-    if (env != NULL && strcmp(env, "1") == 0) g_decode_pairs = 1;
-    else if (env != NULL && strcmp(env, "0") == 0) g_decode_pairs = -1;
-    else g_decode_pairs = strcmp(strata_cpu_get()->vendor, "GenuineIntel") == 0 ? 0 : -1;
+    if (env != NULL && strcmp(env, "1") == 0) g_decode_pairs = true;
+    else if (env != NULL && strcmp(env, "0") == 0) g_decode_pairs = false;
+    else g_decode_pairs = strcmp(strata_cpu_get()->vendor, "GenuineIntel") == 0;
 }
 
-static bool decode_pairs(uint32_t type)
+static bool decode_pairs(void)
 {
     pthread_once(&g_decode_pairs_once, decode_pairs_init);
-    if (g_decode_pairs != 0) return g_decode_pairs > 0;
-    return type == STRATA_TYPE_Q4_0 || type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_F16 ||
-           type == STRATA_TYPE_BF16;
+    return g_decode_pairs;
 }
 
 static bool is_packed(uint32_t type)
@@ -407,7 +405,7 @@ static int x8_run(strata_pool *pool, enum strata_simd_level level, uint32_t ptyp
         .xq_row_bytes = tensor_x8_act_row_bytes(type, n_cols),
         /* from two tokens on the pair kernels reuse each activation load
          * for 16 rows; one token (decode): see decode_pairs */
-        .group_unit = k->pair != NULL && (n_tok > 1 || decode_pairs(type)) ? 2 : 1,
+        .group_unit = k->pair != NULL && (n_tok > 1 || decode_pairs()) ? 2 : 1,
     };
     c.group_bytes = bytes / (size_t)c.n_groups;
     /* F16 and BF16 read float activations, 4 bytes per element against
