@@ -260,6 +260,11 @@ size_t tensor_x8_sums_offset(int64_t n)
     return ((size_t)(n / TENSOR_QK) * sizeof(block_q8_0) + 3) & ~(size_t)3;
 }
 
+size_t tensor_x8_scales_offset(int64_t n)
+{
+    return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
+}
+
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
 {
     if (tensor_x8_block_elems(type) == 0 || n <= 0 || n % tensor_x8_block_elems(type) != 0)
@@ -280,19 +285,22 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n)
         return strata_type_row_bytes(STRATA_TYPE_Q8_K, n);
     if (type == STRATA_TYPE_Q4_1 || type == STRATA_TYPE_Q5_1)
         return strata_type_row_bytes(STRATA_TYPE_Q8_1, n);
-    return tensor_x8_sums_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
+    return tensor_x8_scales_offset(n) + (size_t)(n / TENSOR_QK) * sizeof(float);
 }
 
-/* A Q8_0 row, then per block mult * (sum of its codes). */
+/* A Q8_0 row, then per block mult * (sum of its codes), then per block its
+ * scale as a float. */
 static void quantize_act_sums(const float *x, void *dst, int64_t n, int32_t mult)
 {
     tensor_get_quant(STRATA_TYPE_Q8_0)(x, dst, n);
     const block_q8_0 *b = dst;
     int32_t *sums = (int32_t *)((char *)dst + tensor_x8_sums_offset(n));
+    float *scales = (float *)((char *)dst + tensor_x8_scales_offset(n));
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
         int32_t s = 0;
         for (int i = 0; i < TENSOR_QK; i++) s += b[ib].qs[i];
         sums[ib] = mult * s;
+        scales[ib] = tensor_f16_to_f32(b[ib].d);
     }
 }
 

@@ -315,6 +315,7 @@ X8_AVX512_INLINE void quantize_act_sums(const float *x, void *dst, int64_t n, in
 {
     block_q8_0 *b = dst;
     int32_t *sums = (int32_t *)((char *)dst + tensor_x8_sums_offset(n));
+    float *scales = (float *)((char *)dst + tensor_x8_scales_offset(n));
     const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     for (int64_t ib = 0; ib < n / TENSOR_QK; ib++, x += TENSOR_QK) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
@@ -334,6 +335,7 @@ X8_AVX512_INLINE void quantize_act_sums(const float *x, void *dst, int64_t n, in
         _mm_storeu_si128((__m128i *)b[ib].qs, _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(b[ib].qs + 16), _mm512_cvtepi32_epi8(q1));
         sums[ib] = mult * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        scales[ib] = d;
     }
 }
 

@@ -539,15 +539,19 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
  * IQ4_XS (and Q2_K, Q3_K and the other IQ types), Q8_1 for Q4_1 and Q5_1, F32 for F16 and BF16, each row padded with 64 bytes
  * that nothing reads), except that a row of Q8_0 blocks is followed, from the next
  * 4-byte boundary (tensor_x8_sums_offset), by one int32 per block: the sum of the block's
- * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4). The kernels that keep
- * the weight codes unsigned (Q4_0's and Q5_0's q, Q8_0's q + 128 at AVX-512) take
- * that offset off with it; the others ignore it. Bytes per row of n
+ * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4), then
+ * (tensor_x8_scales_offset) by one float per block: its scale d widened from f16. The
+ * kernels that keep the weight codes unsigned (Q4_0's and Q5_0's q, Q8_0's q + 128 at
+ * AVX-512) take that offset off with it; the others ignore it. The AVX-512 tile of
+ * Q4_0, Q5_0 and Q8_0 reads the float scales (a broadcast load instead of a conversion
+ * per block and token; the same value, so the same bits). Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
  * fills one from n floats at `level` or the best one below it (NULL for
  * such a type): every level writes the same bytes. */
 size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
 tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
+size_t tensor_x8_scales_offset(int64_t n);
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_q5_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */

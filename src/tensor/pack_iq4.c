@@ -414,6 +414,7 @@ TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, s
 {
     const size_t bb = mx ? sizeof(block_mxfp4x8) : sizeof(block_iq4_nlx8);
     const int64_t nb = n / TENSOR_QK;
+    const size_t scales_off = tensor_x8_scales_offset(n);
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
     const __m256i table = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(mx ? tensor_mxfp4_values : tensor_iq4nl_values)));
@@ -449,7 +450,9 @@ TENSOR_AVX2_INLINE void iq4_nlx8_tile(int64_t n, const void *w, const void *x, s
         const __m256 dw =
             mx ? e8m0_half8(blk) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         for (int t = 0; t < NT; t++) {
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb[t]->d)));
+            float xd; /* xb[t]->d as a float, from the row's scale array */
+            memcpy(&xd, (const char *)x + (size_t)t * xs + scales_off + 4 * (size_t)ib, 4);
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
         }
     }
@@ -610,6 +613,7 @@ X8_AVX512_INLINE void iq4_nl_tile_(int64_t n, const void *w, size_t gs, const vo
     const size_t bb = mx ? sizeof(block_mxfp4x8) : sizeof(block_iq4_nlx8), qo = mx ? 8 : 16;
     const int64_t nb = n / TENSOR_QK;
     const size_t sums_off = tensor_x8_sums_offset(n);
+    const size_t scales_off = tensor_x8_scales_offset(n);
     const __m512i m4 = _mm512_set1_epi8(0x0f),
                   table = iq4_table_u8(mx ? tensor_mxfp4_values : tensor_iq4nl_values);
     __m512 acc[X8_AVX512_MAX_T];
@@ -637,7 +641,8 @@ X8_AVX512_INLINE void iq4_nl_tile_(int64_t n, const void *w, size_t gs, const vo
                 s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
             }
             const __m512i isum = _mm512_add_epi32(s0, s1);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(tensor_h2f(xb->d)));
+            const float *xd = (const float *)(xr + scales_off); /* xb->d as a float */
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xd[ib]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

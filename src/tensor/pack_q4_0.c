@@ -71,6 +71,7 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
     const block_q4_0x8 *wb = w;
     const int64_t nb = n / TENSOR_QK;
     const size_t corr_off = tensor_x8_sums_offset(n);
+    const size_t scales_off = tensor_x8_scales_offset(n);
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -95,7 +96,9 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
             int32_t corr;
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
             __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(corr));
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb->d)));
+            float xd;
+            memcpy(&xd, xr + scales_off + 4 * (size_t)ib, 4); /* xb->d as a float */
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

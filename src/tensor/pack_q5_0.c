@@ -121,6 +121,7 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
     const block_q5_0x8 *wb = w;
     const int64_t nb = n / TENSOR_QK;
     const size_t corr_off = tensor_x8_sums_offset(n);
+    const size_t scales_off = tensor_x8_scales_offset(n);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TENSOR_X8_MAX_T];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -138,7 +139,9 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
             const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(corr),
                                                   tensor_x8_dot_halves_avx2(c, xb->qs, ones, ones));
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(tensor_h2f(xb->d)));
+            float xd;
+            memcpy(&xd, xr + scales_off + 4 * (size_t)ib, 4); /* xb->d as a float */
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

@@ -503,6 +503,14 @@ static void *make_act(uint32_t type, int64_t n_tok, int64_t n, bool extreme, str
                 s *= mult;
                 memcpy(row + off + 4 * (size_t)ib, &s, 4);
             }
+            /* then the blocks' scales as floats */
+            const size_t scales = off + (size_t)(n / TENSOR_QK) * sizeof(int32_t);
+            assert_int_equal(scales, tensor_x8_scales_offset(n));
+            assert_int_equal(rb, scales + (size_t)(n / TENSOR_QK) * sizeof(float));
+            for (int64_t ib = 0; ib < n / TENSOR_QK; ib++) {
+                const float d = tensor_f16_to_f32(x[ib].d);
+                memcpy(row + scales + 4 * (size_t)ib, &d, 4);
+            }
         }
     }
     *row_bytes = rb;
@@ -1012,7 +1020,7 @@ static void test_api(void **state)
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_K, 16, 256), 2 * sizeof(block_q5_kx8));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_0, 16, 64), 16 * 2 * sizeof(block_q5_0));
     assert_int_equal(tensor_x8_act_row_bytes(STRATA_TYPE_Q5_0, 64),
-                     tensor_x8_sums_offset(64) + 2 * sizeof(int32_t));
+                     tensor_x8_sums_offset(64) + 2 * sizeof(int32_t) + 2 * sizeof(float));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q5_1, 8, 256), 8 * 8 * sizeof(block_q5_1));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q4_1, 16, 64), 16 * 2 * sizeof(block_q4_1));
     assert_int_equal(tensor_pack_bytes(STRATA_TYPE_Q8_K, 8, 256), 0);
