@@ -7,6 +7,7 @@
 
 #if defined(__x86_64__)
 
+#include "tensor/blocks_iq.h"
 #include "tensor/fp16.h"
 #include "tensor/pack_internal.h"
 #include "tensor/vecdot_x86.h"
@@ -86,32 +87,73 @@ X8_AVX512_INLINE void store_rows(float *y, __m512 v, const int NG)
         _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
 }
 
-/* The x8 layouts whose blocks are 8 f16 scales d[8] then the codes, with
- * Q8_0 activations: Q4_0 (qs), Q5_0 (qs, then qh) and Q8_0 (qs, signed).
- * One tile serves the three, 16 rows (two groups) x NT tokens; KIND is a
- * constant in each instantiation, so each compiles to its own code. */
-enum { X8_TILE_Q4_0, X8_TILE_Q5_0, X8_TILE_Q8_0 };
+/* A table of values plus 128 (IQ4_NL's: 1..241) in every 128-bit lane:
+ * VPDPBUSD's unsigned operand. */
+X8_AVX512_INLINE __m512i iq4_table_u8(const int8_t values[16])
+{
+    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)values),
+                                   _mm_set1_epi8((char)0x80));
+    return _mm512_broadcast_i32x4(t);
+}
+
+/* The 8 E8M0 exponents at a and the 8 at b as tensor_e8m0_half's floats
+ * (lane r = row r). */
+X8_AVX512_INLINE __m512 e8m0_scales(const uint8_t *a, const uint8_t *b, const int NG)
+{
+    __m128i e = _mm_loadl_epi64((const __m128i *)a);
+    if (NG == 2) e = _mm_unpacklo_epi64(e, _mm_loadl_epi64((const __m128i *)b));
+    const __m512i v = _mm512_cvtepu8_epi32(e);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+    const __m512i s =
+        _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), tiny, normal);
+    /* One group: lanes 8..15 hold no row, and their exponent 0 would make
+     * them the subnormal 2^-128; every multiply of a subnormal takes a slow
+     * microcode path (the one-group kernel ran at a third of its speed), so
+     * they are zero instead. They are never stored. */
+    return _mm512_castsi512_ps(NG == 2 ? s : _mm512_maskz_mov_epi32(0x00ff, s));
+}
+
+/* The x8 layouts whose blocks are the rows' 8 scales then the codes, with
+ * Q8_0 activations: Q4_0 (f16 d, qs), Q5_0 (f16 d, qs, then qh), Q8_0 (f16
+ * d, qs, signed), IQ4_NL (f16 d, qs: indices into its table) and MXFP4 (8
+ * E8M0 exponents, qs: indices into its table). One tile serves the five,
+ * 16 rows (two groups) x NT tokens; KIND is a constant in each
+ * instantiation, so each compiles to its own code. */
+enum { X8_TILE_Q4_0, X8_TILE_Q5_0, X8_TILE_Q8_0, X8_TILE_IQ4_NL, X8_TILE_MXFP4 };
 
 _Static_assert(offsetof(block_q4_0x8, qs) == 16 && offsetof(block_q5_0x8, qs) == 16 &&
-                   offsetof(block_q8_0x8, qs) == 16 && offsetof(block_q5_0x8, qh) == 16 + 128,
-               "x8_q8_0_tile reads d at 0, qs at 16 and Q5_0's qh after qs");
+                   offsetof(block_q8_0x8, qs) == 16 && offsetof(block_q5_0x8, qh) == 16 + 128 &&
+                   offsetof(block_iq4_nlx8, qs) == 16 && offsetof(block_mxfp4x8, qs) == 8,
+               "x8_q8_0_tile reads the scales at 0, qs after them and Q5_0's qh after qs");
 
-/* Code vector j holds elements 4j..4j+3 of the 16 rows' block (Q4_0/Q5_0:
- * c[2m] the low nibbles of qs[32m..], c[2m + 1] the high ones, as
+/* Code vector j holds elements 4j..4j+3 of the 16 rows' block (the 4-bit
+ * layouts: c[2m] the low nibbles of qs[32m..], c[2m + 1] the high ones, as
  * x8_codes_512). The codes stay unsigned (VPDPBUSD's unsigned operand):
  * Q4_0's 0..15 and Q5_0's 0..31 as stored, Q8_0's with 128 added (xor
- * 0x80; AVX-512 has no byte sign-flip to use |w| as the AVX2 kernel does).
- * isum starts from the activation row's sum of the block's codes times -8,
- * -16 or -128 (tensor_x8_sums_offset), so it ends as the signed dot product
+ * 0x80; AVX-512 has no byte sign-flip to use |w| as the AVX2 kernel does),
+ * IQ4_NL's and MXFP4's table values plus 128 by a byte shuffle of the
+ * indices (iq4_table_u8: 1..241, 116..140). isum starts from the
+ * activation row's sum of the block's codes times -8, -16 or -128
+ * (tensor_x8_sums_offset), so it ends as the signed dot product
  * sum (q - offset) * x. Bounds: |isum| <= 32 * 15 * 128 + 8 * 32 * 128 <
  * 2^17 (Q4_0), 32 * 31 * 128 + 16 * 32 * 128 < 2^18 (Q5_0), 32 * 255 * 128
- * + 128 * 32 * 128 < 2^21 (Q8_0). */
+ * + 128 * 32 * 128 < 2^21 (Q8_0, and the tables, whose values plus 128 are
+ * at most 241). */
 X8_AVX512_INLINE void x8_q8_0_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                    float *y, size_t ys, const int NG, const int NT, const int KIND)
 {
-    const size_t bb = KIND == X8_TILE_Q4_0   ? sizeof(block_q4_0x8)
-                      : KIND == X8_TILE_Q5_0 ? sizeof(block_q5_0x8)
-                                             : sizeof(block_q8_0x8);
+    const size_t bb = KIND == X8_TILE_Q4_0     ? sizeof(block_q4_0x8)
+                      : KIND == X8_TILE_Q5_0   ? sizeof(block_q5_0x8)
+                      : KIND == X8_TILE_Q8_0   ? sizeof(block_q8_0x8)
+                      : KIND == X8_TILE_IQ4_NL ? sizeof(block_iq4_nlx8)
+                                               : sizeof(block_mxfp4x8);
+    const size_t qo = KIND == X8_TILE_MXFP4 ? 8 : 16; /* the codes after the scales */
+    const bool tab = KIND == X8_TILE_IQ4_NL || KIND == X8_TILE_MXFP4;
+    const __m512i m4 = _mm512_set1_epi8(0x0f),
+                  table = tab ? iq4_table_u8(KIND == X8_TILE_MXFP4 ? tensor_mxfp4_values
+                                                                   : tensor_iq4nl_values)
+                              : _mm512_setzero_si512();
     const uint8_t *w0 = w, *w1 = (const uint8_t *)w + gs;
     const int64_t nb = n / TENSOR_QK;
     const size_t sums_off = tensor_x8_sums_offset(n);
@@ -122,13 +164,22 @@ X8_AVX512_INLINE void x8_q8_0_tile(int64_t n, const void *w, size_t gs, const vo
         const uint8_t *p0 = w0 + (size_t)ib * bb, *p1 = w1 + (size_t)ib * bb;
         prefetch_lines(p0, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
         if (NG == 2) prefetch_lines(p1, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        const __m512 dw = load_scales((const uint16_t *)p0, (const uint16_t *)p1, NG);
-        const uint8_t *q0 = p0 + 16, *q1 = p1 + 16;
+        const __m512 dw = KIND == X8_TILE_MXFP4
+                              ? e8m0_scales(p0, p1, NG)
+                              : load_scales((const uint16_t *)p0, (const uint16_t *)p1, NG);
+        const uint8_t *q0 = p0 + qo, *q1 = p1 + qo;
         __m512i c[8];
         if (KIND == X8_TILE_Q8_0) {
             const __m512i bias = _mm512_set1_epi8((char)0x80);
             for (int j = 0; j < 8; j++)
                 c[j] = _mm512_xor_si512(load_pair256(q0 + 32 * j, q1 + 32 * j, NG), bias);
+        } else if (tab) {
+            for (int m = 0; m < 4; m++) {
+                const __m512i q = load_pair256(q0 + 32 * m, q1 + 32 * m, NG);
+                c[2 * m] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+                c[2 * m + 1] =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            }
         } else {
             x8_codes_512(q0, q1, KIND == X8_TILE_Q5_0 ? q0 + 128 : NULL, q1 + 128, NG, c);
         }

@@ -574,91 +574,19 @@ IQ_TABLE_AVX2(q3_k, tensor_q3k_x8_values, 1.0f, true)
 
 /* ------------------------------------------------------------ AVX-512 */
 
-/* A table of values plus 128 (IQ4_NL's: 1..241): VPDPBUSD's unsigned
- * operand. */
-X8_AVX512_INLINE __m512i iq4_table_u8(const int8_t values[16])
-{
-    const __m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)values),
-                                   _mm_set1_epi8((char)0x80));
-    return _mm512_broadcast_i32x4(t);
-}
-
-/* IQ4_NL, 16 rows x NT tokens: Q8_0's AVX-512 kernel (pack_avx512.c) on
- * the values plus 128, isum starting from the activation row's -128 *
- * (sum of the block's codes). |isum| <= 32 * 241 * 127 + 128 * 32 * 127
- * < 2^21. */
-/* The 8 E8M0 exponents at a and the 8 at b as tensor_e8m0_half's floats
- * (lane r = row r). */
-X8_AVX512_INLINE __m512 e8m0_scales(const uint8_t *a, const uint8_t *b, const int NG)
-{
-    __m128i e = _mm_loadl_epi64((const __m128i *)a);
-    if (NG == 2) e = _mm_unpacklo_epi64(e, _mm_loadl_epi64((const __m128i *)b));
-    const __m512i v = _mm512_cvtepu8_epi32(e);
-    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
-    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
-    const __m512i s =
-        _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), tiny, normal);
-    /* One group: lanes 8..15 hold no row, and their exponent 0 would make
-     * them the subnormal 2^-128; every multiply of a subnormal takes a slow
-     * microcode path (the one-group kernel ran at a third of its speed), so
-     * they are zero instead. They are never stored. */
-    return _mm512_castsi512_ps(NG == 2 ? s : _mm512_maskz_mov_epi32(0x00ff, s));
-}
-
-/* (With mx, MXFP4 x8: its table, values + 128 in 116..140, and its
- * exponents.) */
-X8_AVX512_INLINE void iq4_nl_tile_(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
-                                   float *y, size_t ys, const int NG, const int NT, const bool mx)
-{
-    const size_t bb = mx ? sizeof(block_mxfp4x8) : sizeof(block_iq4_nlx8), qo = mx ? 8 : 16;
-    const int64_t nb = n / TENSOR_QK;
-    const size_t sums_off = tensor_x8_sums_offset(n);
-    const size_t scales_off = tensor_x8_scales_offset(n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f),
-                  table = iq4_table_u8(mx ? tensor_mxfp4_values : tensor_iq4nl_values);
-    __m512 acc[X8_AVX512_MAX_T];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t *b0 = (const uint8_t *)w + (size_t)ib * bb;
-        const uint8_t *b1 = (const uint8_t *)w + gs + (size_t)ib * bb;
-        prefetch_lines(b0, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        if (NG == 2) prefetch_lines(b1, bb, TENSOR_X8_AVX512_PREFETCH_AHEAD);
-        const __m512 dw = mx ? e8m0_scales(b0, b1, NG)
-                             : load_scales((const uint16_t *)b0, (const uint16_t *)b1, NG);
-        __m512i c[8];
-        for (int m = 0; m < 4; m++) {
-            const __m512i q = load_pair256(b0 + qo + 32 * m, b1 + qo + 32 * m, NG);
-            c[2 * m] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
-            c[2 * m + 1] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-        }
-        for (int t = 0; t < NT; t++) {
-            const char *xr = (const char *)x + (size_t)t * xs;
-            const block_q8_0 *xb = (const block_q8_0 *)xr + ib;
-            __m512i s0 = bcast4_512(xr + sums_off + 4 * (size_t)ib);
-            __m512i s1 = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, c[j], bcast4_512(xb->qs + 4 * j));
-                s1 = _mm512_dpbusd_epi32(s1, c[j + 1], bcast4_512(xb->qs + 4 * j + 4));
-            }
-            const __m512i isum = _mm512_add_epi32(s0, s1);
-            const float *xd = (const float *)(xr + scales_off); /* xb->d as a float */
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xd[ib]));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
-        }
-    }
-    for (int t = 0; t < NT; t++) store_rows(y + (size_t)t * ys, acc[t], NG);
-}
-
+/* IQ4_NL and MXFP4, 16 rows x NT tokens: Q8_0's tile (pack_avx512.h's
+ * x8_q8_0_tile) on the table values plus 128, with f16 scales or E8M0
+ * exponents. */
 X8_AVX512_INLINE void iq4_nl_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                   float *y, size_t ys, const int NG, const int NT)
 {
-    iq4_nl_tile_(n, w, gs, x, xs, y, ys, NG, NT, false);
+    x8_q8_0_tile(n, w, gs, x, xs, y, ys, NG, NT, X8_TILE_IQ4_NL);
 }
 
 X8_AVX512_INLINE void mxfp4_tile(int64_t n, const void *w, size_t gs, const void *x, size_t xs,
                                  float *y, size_t ys, const int NG, const int NT)
 {
-    iq4_nl_tile_(n, w, gs, x, xs, y, ys, NG, NT, true);
+    x8_q8_0_tile(n, w, gs, x, xs, y, ys, NG, NT, X8_TILE_MXFP4);
 }
 
 /* IQ4_XS, 16 rows x NT tokens. Per sub-block s, VPDPBUSD of the values
