@@ -542,9 +542,10 @@ const tensor_x8_kernels *tensor_x8_kernels_for(uint32_t type, enum strata_simd_l
  * activation codes times -8 (Q4_0), -16 (Q5_0) or -128 (Q8_0, IQ4_NL, MXFP4), then
  * (tensor_x8_scales_offset) by one float per block: its scale d widened from f16. The
  * kernels that keep the weight codes unsigned (Q4_0's and Q5_0's q, Q8_0's q + 128 at
- * AVX-512) take that offset off with it; the others ignore it. The AVX-512 tile of
- * Q4_0, Q5_0 and Q8_0 reads the float scales (a broadcast load instead of a conversion
- * per block and token; the same value, so the same bits). Bytes per row of n
+ * AVX-512) take that offset off with it; the others ignore it. The AVX2 and AVX-512
+ * tiles of Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 read the float scales (a broadcast load
+ * instead of a conversion per block and token; the same value, so the same bits); the
+ * AMX step still widens the f16 one. Bytes per row of n
  * elements (0 for a type without an x8 layout), and the function that
  * fills one from n floats at `level` or the best one below it (NULL for
  * such a type): every level writes the same bytes. */
