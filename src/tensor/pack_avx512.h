@@ -199,8 +199,8 @@ X8_AVX512_INLINE void x8_q8_0_tile(int64_t n, const void *w, size_t gs, const vo
             /* the activation scale as a float from the row's scale array:
              * one broadcast load, where converting xb->d took a move, a
              * conversion and a broadcast per block and token */
-            const float *xd = (const float *)(xr + scales_off);
-            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(xd[ib]));
+            const __m512 dd =
+                _mm512_mul_ps(dw, _mm512_set1_ps(tensor_x8_act_scale(xr, scales_off, ib)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

@@ -63,6 +63,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Q4_0 x8: block b of rows 0..7.
  *   d[r]: row r's f16 scale.
@@ -553,6 +554,13 @@ size_t tensor_x8_act_row_bytes(uint32_t type, int64_t n);
 tensor_quant_fn tensor_x8_act_quant(uint32_t type, enum strata_simd_level level);
 size_t tensor_x8_sums_offset(int64_t n);
 size_t tensor_x8_scales_offset(int64_t n);
+/* Block ib's scale as a float from such a row (scales_off: tensor_x8_scales_offset). */
+static inline float tensor_x8_act_scale(const void *row, size_t scales_off, int64_t ib)
+{
+    float d;
+    memcpy(&d, (const char *)row + scales_off + sizeof(float) * (size_t)ib, sizeof d);
+    return d;
+}
 void tensor_x8_q4_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_q5_0_quantize_act(const float *x, void *dst, int64_t n);
 void tensor_x8_f32_act(const float *x, void *dst, int64_t n); /* F16, BF16: a copy */

@@ -96,9 +96,8 @@ TENSOR_AVX2_INLINE void q4_0x8_tile(int64_t n, const void *w, const void *x, siz
             int32_t corr;
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
             __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(corr));
-            float xd;
-            memcpy(&xd, xr + scales_off + 4 * (size_t)ib, 4); /* xb->d as a float */
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
+            const __m256 dd =
+                _mm256_mul_ps(dw, _mm256_set1_ps(tensor_x8_act_scale(xr, scales_off, ib)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

@@ -139,9 +139,8 @@ TENSOR_AVX2_INLINE void q5_0x8_tile(int64_t n, const void *w, const void *x, siz
             memcpy(&corr, xr + corr_off + 4 * (size_t)ib, 4);
             const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(corr),
                                                   tensor_x8_dot_halves_avx2(c, xb->qs, ones, ones));
-            float xd;
-            memcpy(&xd, xr + scales_off + 4 * (size_t)ib, 4); /* xb->d as a float */
-            const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
+            const __m256 dd =
+                _mm256_mul_ps(dw, _mm256_set1_ps(tensor_x8_act_scale(xr, scales_off, ib)));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[t]);
         }
     }

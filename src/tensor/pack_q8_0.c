@@ -105,8 +105,7 @@ TENSOR_AVX2_INLINE void q8_0x8_tile(int64_t n, const void *w, const void *x, siz
          * scalar reference */
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
         for (int t = 0; t < NT; t++) {
-            float xd; /* xb[t]->d as a float, from the row's scale array */
-            memcpy(&xd, (const char *)x + (size_t)t * xs + scales_off + 4 * (size_t)ib, 4);
+            const float xd = tensor_x8_act_scale((const char *)x + (size_t)t * xs, scales_off, ib);
             const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dd, acc[t]);
         }
