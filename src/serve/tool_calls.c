@@ -36,7 +36,7 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
         /* ChatML */
     } else if (strstr(tmpl, "<|channel|>") != NULL) {
         fam = "harmony";
-        f = TOOL_FORMAT_UNSUPPORTED;
+        f = TOOL_FORMAT_HARMONY;
     } else if (strstr(tmpl, "<|tool_calls_section_begin|>") != NULL) {
         fam = "kimi";
         f = TOOL_FORMAT_UNSUPPORTED;
@@ -462,7 +462,7 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
                        strata_err *err)
 {
     *out = NULL;
-    if (f == TOOL_FORMAT_UNSUPPORTED || f < 0 || n == 0) {
+    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_HARMONY || f < 0 || n == 0) {
         return strata_err_set(err, STRATA_EINVAL, "no call syntax to force for this model");
     }
     const call_syntax *sx = &k_syntax[f];

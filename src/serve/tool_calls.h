@@ -18,10 +18,13 @@
  *   DEEPSEEK  <｜tool▁calls▁begin｜> then calls <｜tool▁call▁begin｜>
  *             [function<｜tool▁sep｜>N\n```json\n{...}\n``` | N<｜tool▁sep｜>{...}]
  *             <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (R1, V3, V3.1)
+ *   HARMONY   gpt-oss: a message <|channel|>commentary to=functions.N
+ *             ... <|message|>{...}; its calls come from the reasoning
+ *             split (reasoning.h), so tool_calls_parse finds none here and
+ *             tool_calls_grammar cannot force one
  * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
  * name): Qwen3-Coder's XML (<function=...><parameter=...>), MiniMax's
- * <invoke name=...>, GLM's
- * <arg_key>/<arg_value>, Kimi K2's sections, gpt-oss's harmony channels. */
+ * <invoke name=...>, GLM's <arg_key>/<arg_value>, Kimi K2's sections. */
 #ifndef STRATA_SERVE_TOOL_CALLS_H
 #define STRATA_SERVE_TOOL_CALLS_H
 
@@ -36,6 +39,7 @@ typedef enum tool_format {
     TOOL_FORMAT_LLAMA3,
     TOOL_FORMAT_MISTRAL,
     TOOL_FORMAT_DEEPSEEK,
+    TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h); not forced */
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;
 

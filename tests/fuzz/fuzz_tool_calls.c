@@ -7,7 +7,13 @@
  *   - the streamed text prefix of every prefix of the output is within it,
  *     and what a stream would have sent as content before the end (the
  *     largest of them) begins the final content.
+ * The same output also goes through the reasoning split (src/serve/
+ * reasoning.c; the first byte's high bits pick its format and whether
+ * the prompt left the model inside <think>): its calls have names and
+ * object arguments, and the settled parts of every prefix are prefixes
+ * of the finished parts and grow with the prefix.
  * A crash, a sanitizer report or a failed check (a trap) is a finding. */
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
 #include <jansson.h>
@@ -20,6 +26,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check(int ok)
 {
     if (!ok) __builtin_trap();
+}
+
+static int starts(const char *p, size_t np, const char *s, size_t ns)
+{
+    return np <= ns && memcmp(p, s, np) == 0;
+}
+
+static void check_reasoning(reasoning_format f, int open, const char *text, size_t n)
+{
+    reasoning_parts fin;
+    if (reasoning_split(f, open, text, n, 1, &fin) != 0) return;
+    check(fin.n_reasoning + fin.n_content <= n);
+    for (size_t i = 0; i < fin.n_calls; i++) {
+        check(fin.calls[i].name != NULL && fin.calls[i].name[0] != '\0');
+        json_t *a = json_loads(fin.calls[i].arguments, 0, NULL);
+        check(json_is_object(a));
+        json_decref(a);
+    }
+    size_t last_r = 0, last_c = 0;
+    for (size_t k = 0; k <= n && k <= 512; k++) {
+        reasoning_parts p;
+        if (reasoning_split(f, open, text, k, 0, &p) != 0) break;
+        check(p.n_calls == 0);
+        check(p.n_reasoning >= last_r && p.n_content >= last_c);
+        check(starts(p.reasoning, p.n_reasoning, fin.reasoning, fin.n_reasoning));
+        check(starts(p.content, p.n_content, fin.content, fin.n_content));
+        last_r = p.n_reasoning;
+        last_c = p.n_content;
+        reasoning_parts_free(&p);
+    }
+    reasoning_parts_free(&fin);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -49,5 +86,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (n <= 4096) check(sent <= p.n_content && memcmp(p.content, text, sent) == 0);
     tool_parsed_free(&p);
+    check_reasoning((reasoning_format)((data[0] >> 4) % 3), (data[0] & 0x80) != 0, text, n);
     return 0;
 }

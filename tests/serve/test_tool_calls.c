@@ -66,9 +66,9 @@ static void test_detect_real_templates(void **state)
         const char *fam = NULL;
         tool_format f = tool_format_detect(t, &fam);
         if (strcmp(fam, cases[i].family) != 0) fail_msg("%s: %s, want %s", cases[i].file, fam, cases[i].family);
-        bool unsupported = !strcmp(fam, "qwen3-xml") || !strcmp(fam, "glm") || !strcmp(fam, "kimi") || !strcmp(fam, "minimax") ||
-                           !strcmp(fam, "harmony");
+        bool unsupported = !strcmp(fam, "qwen3-xml") || !strcmp(fam, "glm") || !strcmp(fam, "kimi") || !strcmp(fam, "minimax");
         assert_int_equal(f == TOOL_FORMAT_UNSUPPORTED, unsupported);
+        assert_int_equal(f == TOOL_FORMAT_HARMONY, !strcmp(fam, "harmony"));
         free(t);
     }
     const char *fam = NULL;
@@ -257,6 +257,8 @@ static void test_grammar_forces_a_declared_call(void **state)
     assert_non_null(strstr(err.msg, "`calc`"));
     assert_non_null(strstr(err.msg, "multipleOf"));
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_UNSUPPORTED, tools, 2, true, &g, &err), STRATA_EINVAL);
+    /* harmony's calls are parsed (reasoning.h), never forced */
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_HARMONY, tools, 2, true, &g, &err), STRATA_EINVAL);
     json_decref(bad);
     json_decref(weather);
 }

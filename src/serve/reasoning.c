@@ -1,0 +1,310 @@
+/* Reasoning in model output (reasoning.h): the THINK block and gpt-oss's
+ * harmony messages, split from the answer, with the settled part of a
+ * growing output for streaming. */
+#define _GNU_SOURCE /* memmem */
+#include "serve/reasoning.h"
+#include "serve/textgen.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+
+#define H_START "<|start|>"
+#define H_CHANNEL "<|channel|>"
+#define H_MESSAGE "<|message|>"
+#define H_END "<|end|>"
+#define H_RETURN "<|return|>"
+#define H_CALL "<|call|>"
+#define H_FUNCTIONS "functions."
+
+reasoning_format reasoning_detect(const char *tmpl)
+{
+    if (tmpl == NULL) return REASONING_NONE;
+    if (strstr(tmpl, H_CHANNEL) != NULL) return REASONING_HARMONY;
+    if (strstr(tmpl, THINK_OPEN) != NULL || strstr(tmpl, THINK_CLOSE) != NULL) return REASONING_THINK;
+    return REASONING_NONE;
+}
+
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+bool reasoning_prompt_open(const char *prompt, size_t n)
+{
+    while (n > 0 && is_ws(prompt[n - 1])) n--;
+    size_t k = strlen(THINK_OPEN);
+    return n >= k && memcmp(prompt + n - k, THINK_OPEN, k) == 0;
+}
+
+/* Whether s[0..n) is a proper prefix of marker m (n < strlen(m)). */
+static bool proper_prefix(const char *s, size_t n, const char *m)
+{
+    size_t k = strlen(m);
+    return n < k && memcmp(s, m, n) == 0;
+}
+
+/* The length of the longest tail of s[0..n) that is a proper prefix of
+ * one of markers[0..nm): what a growing output must hold back. */
+static size_t partial_tail(const char *s, size_t n, const char *const *markers, size_t nm)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < nm; i++) {
+        size_t k = strlen(markers[i]);
+        for (size_t t = k - 1 < n ? k - 1 : n; t > best; t--) {
+            if (memcmp(s + n - t, markers[i], t) == 0) {
+                best = t;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+/* Whether marker m starts at t[p..n). */
+static bool at(const char *t, size_t n, size_t p, const char *m)
+{
+    size_t k = strlen(m);
+    return p <= n && n - p >= k && memcmp(t + p, m, k) == 0;
+}
+
+static const char *find(const char *s, size_t n, const char *m)
+{
+    return memmem(s, n, m, strlen(m));
+}
+
+typedef struct parts_buf {
+    sbuf reasoning, content;
+    tool_call *calls;
+    size_t n_calls;
+    bool oom;
+} parts_buf;
+
+static void put(parts_buf *b, sbuf *to, const char *s, size_t n)
+{
+    if (n > 0 && sbuf_append(to, s, n) != 0) b->oom = true;
+}
+
+/* THINK from text[p..n) inside the block. */
+static void think_block(parts_buf *b, const char *t, size_t p, size_t n, bool final)
+{
+    while (p < n && is_ws(t[p])) p++;
+    const char *close = find(t + p, n - p, THINK_CLOSE);
+    if (close == NULL) {
+        size_t e = n;
+        if (!final) {
+            const char *m[] = {THINK_CLOSE};
+            e -= partial_tail(t + p, n - p, m, 1);
+        }
+        /* trailing whitespace is held: it is trimmed if the block ends */
+        while (e > p && is_ws(t[e - 1])) e--;
+        put(b, &b->reasoning, t + p, e - p);
+        return;
+    }
+    size_t e = (size_t)(close - t);
+    while (e > p && is_ws(t[e - 1])) e--;
+    put(b, &b->reasoning, t + p, e - p);
+    size_t q = (size_t)(close - t) + strlen(THINK_CLOSE);
+    while (q < n && is_ws(t[q])) q++;
+    put(b, &b->content, t + q, n - q);
+}
+
+static void split_think(parts_buf *b, bool open, const char *t, size_t n, bool final)
+{
+    if (open) {
+        think_block(b, t, 0, n, final);
+        return;
+    }
+    size_t q = 0;
+    while (q < n && is_ws(t[q])) q++;
+    size_t k = strlen(THINK_OPEN);
+    if (n - q >= k && memcmp(t + q, THINK_OPEN, k) == 0) {
+        think_block(b, t, q + k, n, final);
+        return;
+    }
+    /* only whitespace or the start of <think> so far: undecided */
+    if (!final && proper_prefix(t + q, n - q, THINK_OPEN)) return;
+    put(b, &b->content, t, n);
+}
+
+/* --- harmony --- */
+
+static const char *const k_h_markers[] = {H_START, H_CHANNEL, H_MESSAGE, H_END, H_RETURN, H_CALL};
+#define N_H_MARKERS (sizeof(k_h_markers) / sizeof(k_h_markers[0]))
+
+/* The first marker that ends a message body in s[0..n), or NULL. */
+static const char *body_end(const char *s, size_t n)
+{
+    const char *first = NULL;
+    const char *const ends[] = {H_START, H_CHANNEL, H_END, H_RETURN, H_CALL};
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        const char *e = find(s, n, ends[i]);
+        if (e != NULL && (first == NULL || e < first)) first = e;
+    }
+    return first;
+}
+
+/* The word after key in header h[0..n) (up to a space, '<' or the end),
+ * or NULL. */
+static const char *header_word(const char *h, size_t n, const char *key, size_t *len)
+{
+    const char *k = find(h, n, key);
+    if (k == NULL) return NULL;
+    const char *w = k + strlen(key);
+    while (w < h + n && *w == ' ') w++;
+    const char *e = w;
+    while (e < h + n && *e != ' ' && *e != '<' && !is_ws(*e)) e++;
+    *len = (size_t)(e - w);
+    return w;
+}
+
+/* A finished message to functions.NAME: a call when NAME is a function
+ * name and its body a JSON object (kept compact), else false. */
+static bool add_call(parts_buf *b, const char *name, size_t n_name, const char *body, size_t n_body)
+{
+    /* a function's name as the API declares them: 1 to 64 of [A-Za-z0-9_-] */
+    if (n_name == 0 || n_name > 64) return false;
+    for (size_t i = 0; i < n_name; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
+            return false;
+        }
+    }
+    json_error_t je;
+    json_t *args = json_loadb(body, n_body, 0, &je);
+    if (!json_is_object(args)) {
+        json_decref(args);
+        return false;
+    }
+    char *a = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    tool_call *nc = realloc(b->calls, (b->n_calls + 1) * sizeof(*nc));
+    char *nm = strndup(name, n_name);
+    if (a == NULL || nc == NULL || nm == NULL) {
+        free(a);
+        free(nm);
+        if (nc != NULL) b->calls = nc;
+        b->oom = true;
+        return true;
+    }
+    b->calls = nc;
+    b->calls[b->n_calls++] = (tool_call){.name = nm, .arguments = a};
+    return true;
+}
+
+static void split_harmony(parts_buf *b, const char *t, size_t n, bool final)
+{
+    size_t p = 0;
+    while (p < n) {
+        const char *s = t + p;
+        size_t left = n - p;
+        size_t h0;
+        if (at(t, n, p, H_START)) {
+            h0 = p + strlen(H_START);
+        } else if (at(t, n, p, H_CHANNEL)) {
+            h0 = p;
+        } else {
+            /* text outside a message: content up to the next marker */
+            const char *e = body_end(s, left);
+            const char *m = find(s, left, H_MESSAGE);
+            if (m != NULL && (e == NULL || m < e)) e = m;
+            size_t len = e ? (size_t)(e - s) : left;
+            size_t keep = len;
+            if (e == NULL && !final) keep -= partial_tail(s, left, k_h_markers, N_H_MARKERS);
+            /* whitespace between messages is no content (while more may
+             * come, it is held) */
+            bool blank = true;
+            for (size_t i = 0; i < keep && blank; i++) blank = is_ws(s[i]);
+            if (!blank) put(b, &b->content, s, keep);
+            if (e == NULL) return;
+            p += len;
+            /* a stray end marker (or <|message|> without a header) is skipped */
+            if (!at(t, n, p, H_START) && !at(t, n, p, H_CHANNEL)) {
+                for (size_t i = 0; i < N_H_MARKERS; i++) {
+                    if (at(t, n, p, k_h_markers[i])) {
+                        p += strlen(k_h_markers[i]);
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        /* a header runs to <|message|>; until then the message is unknown */
+        const char *m = find(t + h0, n - h0, H_MESSAGE);
+        if (m == NULL) return;
+        const char *h = t + h0;
+        size_t hn = (size_t)(m - h);
+        size_t n_ch = 0, n_to = 0;
+        const char *ch = header_word(h, hn, H_CHANNEL, &n_ch);
+        const char *to = header_word(h, hn, "to=", &n_to);
+        if (n_to == 0) to = NULL; /* no recipient named */
+        size_t b0 = (size_t)(m - t) + strlen(H_MESSAGE);
+        const char *e = body_end(t + b0, n - b0);
+        size_t b1 = e ? (size_t)(e - t) : n;
+        bool done = e != NULL || final;
+        if (to != NULL) {
+            /* a call comes whole with the finished output */
+            if (!final) return;
+            const char *name = to;
+            size_t nn = n_to;
+            if (nn > strlen(H_FUNCTIONS) && memcmp(name, H_FUNCTIONS, strlen(H_FUNCTIONS)) == 0) {
+                name += strlen(H_FUNCTIONS);
+                nn -= strlen(H_FUNCTIONS);
+            }
+            if (!add_call(b, name, nn, t + b0, b1 - b0)) put(b, &b->content, t + b0, b1 - b0);
+        } else {
+            size_t len = b1 - b0;
+            if (!done) len -= partial_tail(t + b0, len, k_h_markers, N_H_MARKERS);
+            bool analysis = ch != NULL && n_ch == strlen("analysis") && memcmp(ch, "analysis", n_ch) == 0;
+            put(b, analysis ? &b->reasoning : &b->content, t + b0, len);
+        }
+        if (!done) return;
+        p = b1;
+        /* the end marker; <|start|> and <|channel|> begin the next message */
+        for (size_t i = 3; i < N_H_MARKERS; i++) {
+            if (at(t, n, p, k_h_markers[i])) {
+                p += strlen(k_h_markers[i]);
+                break;
+            }
+        }
+    }
+}
+
+int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, bool final,
+                    reasoning_parts *out)
+{
+    memset(out, 0, sizeof(*out));
+    parts_buf b = {0};
+    if (text == NULL) n = 0;
+    switch (f) {
+    case REASONING_THINK: split_think(&b, open, text, n, final); break;
+    case REASONING_HARMONY: split_harmony(&b, text, n, final); break;
+    default: put(&b, &b.content, text, n); break;
+    }
+    /* empty strings are allocated too: the caller may take both */
+    if (!b.oom && b.reasoning.data == NULL && sbuf_append(&b.reasoning, "", 0) != 0) b.oom = true;
+    if (!b.oom && b.content.data == NULL && sbuf_append(&b.content, "", 0) != 0) b.oom = true;
+    *out = (reasoning_parts){.reasoning = b.reasoning.data, .n_reasoning = b.reasoning.len,
+                             .content = b.content.data, .n_content = b.content.len,
+                             .calls = b.calls, .n_calls = b.n_calls};
+    if (b.oom) {
+        reasoning_parts_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void reasoning_parts_free(reasoning_parts *p)
+{
+    for (size_t i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+    }
+    free(p->calls);
+    free(p->reasoning);
+    free(p->content);
+    memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,69 @@
+/* Reasoning in model output: the part of a chat reply that a reasoning
+ * model writes before its answer, returned as OpenAI-style
+ * `reasoning_content` (llama-server's and vLLM's field) apart from
+ * `content`. Pure functions; the output parsed is untrusted.
+ *
+ * Formats, detected from the chat template's text:
+ *   THINK    <think>REASONING</think>ANSWER (Qwen3, QwQ, DeepSeek-R1 and
+ *            its distills, SmolLM3, Ministral 3 Reasoning, ...). When the
+ *            rendered prompt already ends with <think> (the template opens
+ *            the block itself, as DeepSeek-R1's does), the output starts
+ *            inside it. A block never closed (the reply was cut short) is
+ *            all reasoning. The reasoning is trimmed of surrounding
+ *            whitespace, the answer of its leading whitespace.
+ *   HARMONY  gpt-oss's messages: [<|start|>assistant]<|channel|>CHANNEL
+ *            [ to=RECIPIENT][ <|constrain|>json]<|message|>BODY, each
+ *            ended by <|end|>, <|return|>, <|call|>, the next message or
+ *            the end of the output. Channel "analysis" is reasoning; a
+ *            message to "functions.NAME" is a call of NAME with BODY as
+ *            its arguments; any other message ("final", a "commentary"
+ *            preamble) is content. Text outside any message is content,
+ *            unless it is only whitespace.
+ *
+ * Streaming: reasoning_split on a growing output (final false) returns
+ * only what no later text can change: its reasoning and content are
+ * prefixes of those of every longer output that starts with it, and of
+ * the finished one. A tail that may still become a marker is held back,
+ * as are calls (they come with the finished output). */
+#ifndef STRATA_SERVE_REASONING_H
+#define STRATA_SERVE_REASONING_H
+
+#include "serve/tool_calls.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum reasoning_format {
+    REASONING_NONE,    /* no reasoning syntax: all output is content */
+    REASONING_THINK,
+    REASONING_HARMONY,
+} reasoning_format;
+
+/* The reasoning syntax of the model whose chat template is tmpl
+ * (NUL-terminated; NULL: ChatML, none). */
+reasoning_format reasoning_detect(const char *tmpl);
+
+/* Whether a rendered prompt[0..n) leaves the model inside a reasoning
+ * block (it ends with <think> and optional whitespace). */
+bool reasoning_prompt_open(const char *prompt, size_t n);
+
+typedef struct reasoning_parts {
+    char *reasoning; /* malloc'd, NUL-terminated */
+    size_t n_reasoning;
+    char *content;   /* malloc'd, NUL-terminated */
+    size_t n_content;
+    tool_call *calls; /* HARMONY, final only: messages to functions (name, compact JSON
+                         arguments), malloc'd */
+    size_t n_calls;
+} reasoning_parts;
+
+/* Splits output text[0..n) of format f (open: the prompt left the model
+ * inside a THINK block) into reasoning, content and (HARMONY) calls; with
+ * final false, only what is settled (above). A call whose arguments are
+ * not a JSON object is content, as its raw body. NONE gives the whole text
+ * as content. 0, or -1 when memory ran out. Free with reasoning_parts_free. */
+int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, bool final,
+                    reasoning_parts *out);
+void reasoning_parts_free(reasoning_parts *p);
+
+#endif

@@ -1,0 +1,197 @@
+/* The reasoning split (serve/reasoning.h): format detection over the real
+ * templates of the reference data, where a rendered prompt leaves the
+ * model inside <think>, the THINK and HARMONY splits of finished outputs
+ * (closed, open, cut short, absent; analysis, final, preamble and call
+ * messages, malformed calls), and the streaming contract: at every split
+ * point of every case, the settled reasoning and content are prefixes of
+ * the finished output's, and grow with the output. */
+#define _GNU_SOURCE /* strndup */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testdata.h"
+#include "serve/reasoning.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_detect_real_templates(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        reasoning_format f;
+    } cases[] = {
+        {"Qwen-Qwen3-0.6B", REASONING_THINK},
+        {"Qwen-QwQ-32B", REASONING_THINK},
+        {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", REASONING_THINK},
+        {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", REASONING_THINK},
+        {"HuggingFaceTB-SmolLM3-3B", REASONING_THINK},
+        {"openai-gpt-oss-120b", REASONING_HARMONY},
+        {"meta-llama-Llama-3.1-8B-Instruct", REASONING_NONE},
+        {"Qwen-Qwen2.5-7B-Instruct", REASONING_NONE},
+        {"microsoft-Phi-3.5-mini-instruct", REASONING_NONE},
+        {"google-gemma-2-2b-it", REASONING_NONE},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char rel[256], path[4096];
+        snprintf(rel, sizeof(rel), "chat-templates/llama.cpp-jinja/%s.jinja", cases[i].file);
+        TESTDATA_FILE(path, rel);
+        size_t n;
+        char *raw = testdata_read_file(path, &n);
+        assert_non_null(raw);
+        char *t = strndup(raw, n);
+        free(raw);
+        assert_non_null(t);
+        reasoning_format f = reasoning_detect(t);
+        if (f != cases[i].f) fail_msg("%s: format %d, want %d", cases[i].file, (int)f, (int)cases[i].f);
+        free(t);
+    }
+    assert_int_equal(reasoning_detect(NULL), REASONING_NONE);
+}
+
+static void test_prompt_open(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *prompt;
+        bool open;
+    } cases[] = {
+        {"<|im_start|>assistant\n<think>\n", true},
+        {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>", true},
+        {"<|im_start|>assistant\n<think>\n\n</think>\n\n", false},
+        {"<|im_start|>assistant\n", false},
+        {"think>", false},
+        {"", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (reasoning_prompt_open(cases[i].prompt, strlen(cases[i].prompt)) != cases[i].open) {
+            fail_msg("\"%s\": open %d", cases[i].prompt, !cases[i].open);
+        }
+    }
+}
+
+typedef struct scase {
+    reasoning_format f;
+    bool open;
+    const char *text;
+    const char *reasoning, *content;
+    const char *call_name, *call_args; /* the one call, or NULL */
+} scase;
+
+#define H_AN "<|channel|>analysis<|message|>"
+#define H_FIN "<|start|>assistant<|channel|>final<|message|>"
+
+static const scase k_cases[] = {
+    /* THINK */
+    {REASONING_THINK, false, "<think>\nLet me see.\n</think>\n\nThe answer is 4.", "Let me see.", "The answer is 4.", NULL, NULL},
+    {REASONING_THINK, false, "\n<think>a < b</think>c", "a < b", "c", NULL, NULL},
+    {REASONING_THINK, false, "<think>\n\n</think>\n\nHi", "", "Hi", NULL, NULL},
+    {REASONING_THINK, false, "Just an answer.", "", "Just an answer.", NULL, NULL},
+    {REASONING_THINK, false, "  <thin air", "", "  <thin air", NULL, NULL},
+    {REASONING_THINK, false, "<think>cut short", "cut short", "", NULL, NULL},
+    {REASONING_THINK, false, "", "", "", NULL, NULL},
+    {REASONING_THINK, true, "Okay, 2+2.\n</think>\n\n4", "Okay, 2+2.", "4", NULL, NULL},
+    {REASONING_THINK, true, "still thinking </thi", "still thinking </thi", "", NULL, NULL},
+    {REASONING_THINK, false, "<think>x</think>y</think>z", "x", "y</think>z", NULL, NULL},
+    /* HARMONY */
+    {REASONING_HARMONY, false, H_AN "User greets.<|end|>" H_FIN "Hello!", "User greets.", "Hello!", NULL, NULL},
+    {REASONING_HARMONY, false, "<|channel|>final<|message|>Only this.", "", "Only this.", NULL, NULL},
+    {REASONING_HARMONY, false, "No markers at all.", "", "No markers at all.", NULL, NULL},
+    {REASONING_HARMONY, false, H_AN "Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                               "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+     "Need weather.", "", "get_weather", "{\"city\":\"Paris\"}"},
+    {REASONING_HARMONY, false, "<|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{}",
+     "", "", "ping", "{}"},
+    {REASONING_HARMONY, false, H_AN "x<|end|><|start|>assistant<|channel|>commentary to=functions.f"
+                               "<|message|>{not json",
+     "x", "{not json", NULL, NULL},
+    {REASONING_HARMONY, false, "<|channel|>commentary<|message|>Let me check.<|end|>" H_FIN "Done.",
+     "", "Let me check.Done.", NULL, NULL},
+    {REASONING_HARMONY, false, H_AN "a<|end|>" H_AN "b<|end|>" H_FIN "c", "ab", "c", NULL, NULL},
+    {REASONING_HARMONY, false, H_AN "cut sho", "cut sho", "", NULL, NULL},
+    {REASONING_HARMONY, false, "<|channel|>anal", "", "", NULL, NULL},
+    {REASONING_HARMONY, false, "a <| b", "", "a <| b", NULL, NULL},
+    {REASONING_HARMONY, false, " \n" H_AN "r<|end|>\n" H_FIN "c", "r", "c", NULL, NULL},
+    {REASONING_HARMONY, false, " x " H_AN "r", "r", " x ", NULL, NULL},
+    /* a stray end marker near the end (read past the output once, found by fuzz_tool_calls) */
+    {REASONING_HARMONY, false, "<|:hanne <|end|>>al", "", "<|:hanne >al", NULL, NULL},
+    {REASONING_HARMONY, false, "x<|end|>a", "", "xa", NULL, NULL},
+    /* a recipient with no name is no call (fuzz_tool_calls) */
+    {REASONING_HARMONY, false, "<|channel|>commentary to=<|message|>{}", "", "{}", NULL, NULL},
+    {REASONING_HARMONY, false, "<|channel|>commentary to=functions.a/b<|message|>{}", "", "{}", NULL, NULL},
+    /* NONE */
+    {REASONING_NONE, false, "<think>kept</think>", "", "<think>kept</think>", NULL, NULL},
+};
+
+static bool is_prefix(const char *p, size_t np, const char *s, size_t ns)
+{
+    return np <= ns && memcmp(p, s, np) == 0;
+}
+
+static void test_split_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++) {
+        const scase *c = &k_cases[i];
+        reasoning_parts p;
+        assert_int_equal(reasoning_split(c->f, c->open, c->text, strlen(c->text), true, &p), 0);
+        if (strcmp(p.reasoning, c->reasoning) != 0 || strcmp(p.content, c->content) != 0) {
+            fail_msg("case %zu \"%s\": reasoning \"%s\" content \"%s\"", i, c->text, p.reasoning, p.content);
+        }
+        assert_int_equal(strlen(p.reasoning), p.n_reasoning);
+        assert_int_equal(strlen(p.content), p.n_content);
+        if (c->call_name == NULL) {
+            assert_int_equal(p.n_calls, 0);
+        } else {
+            assert_int_equal(p.n_calls, 1);
+            assert_string_equal(p.calls[0].name, c->call_name);
+            assert_string_equal(p.calls[0].arguments, c->call_args);
+        }
+        reasoning_parts_free(&p);
+    }
+}
+
+/* Streaming: at every split point the settled parts are prefixes of the
+ * finished ones and of the next point's; calls only come when final. */
+static void test_every_split_point(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++) {
+        const scase *c = &k_cases[i];
+        size_t n = strlen(c->text);
+        reasoning_parts fin;
+        assert_int_equal(reasoning_split(c->f, c->open, c->text, n, true, &fin), 0);
+        size_t last_r = 0, last_c = 0;
+        for (size_t k = 0; k <= n; k++) {
+            reasoning_parts p;
+            assert_int_equal(reasoning_split(c->f, c->open, c->text, k, false, &p), 0);
+            if (!is_prefix(p.reasoning, p.n_reasoning, fin.reasoning, fin.n_reasoning) ||
+                !is_prefix(p.content, p.n_content, fin.content, fin.n_content)) {
+                fail_msg("case %zu at %zu: \"%s\" / \"%s\" not prefixes of \"%s\" / \"%s\"", i, k,
+                         p.reasoning, p.content, fin.reasoning, fin.content);
+            }
+            if (p.n_reasoning < last_r || p.n_content < last_c) fail_msg("case %zu at %zu: shrank", i, k);
+            last_r = p.n_reasoning;
+            last_c = p.n_content;
+            assert_int_equal(p.n_calls, 0);
+            reasoning_parts_free(&p);
+        }
+        reasoning_parts_free(&fin);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect_real_templates),
+        cmocka_unit_test(test_prompt_open),
+        cmocka_unit_test(test_split_cases),
+        cmocka_unit_test(test_every_split_point),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
