@@ -55,6 +55,9 @@ static void serve_usage(FILE *f)
             "  --max-queue Q          requests that may wait for a slot (default 64); more: 429\n"
             "  -t, --threads N        threads per engine (default: the CPUs / replicas)\n"
             "  --chat-template-file F a Jinja chat template instead of the model's\n"
+            "  --reasoning-format auto|none  auto (default): a reasoning model's thinking\n"
+            "                         (<think>...</think>, gpt-oss's analysis channel) is\n"
+            "                         returned as `reasoning_content`; none: left in `content`\n"
             "  --max-body-bytes N     largest request body (default 8 MiB); more: 413\n"
             "  --drain-timeout MS     on SIGTERM, how long in-flight requests may finish (10000)\n"
             "  --port-file F          write the port listened on to F (for scripts)\n"
@@ -157,6 +160,7 @@ int cmd_serve(int argc, char **argv)
     bool draft_ngram = false;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
+    bool reasoning_off = false;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
     double wedge_per_token = 0;
@@ -240,6 +244,10 @@ int cmd_serve(int argc, char **argv)
             route_load_only = strcmp(v, "load") == 0;
         }
         else if (strcmp(a, "--route-balance") == 0) bad = parse_int(v, 0, 1 << 20, &route_balance);
+        else if (strcmp(a, "--reasoning-format") == 0) {
+            bad = strcmp(v, "auto") != 0 && strcmp(v, "deepseek") != 0 && strcmp(v, "none") != 0;
+            reasoning_off = strcmp(v, "none") == 0;
+        }
         else {
             fprintf(stderr, "strata serve: unknown option %s\n\n", a);
             serve_usage(stderr);
@@ -397,7 +405,8 @@ int cmd_serve(int argc, char **argv)
     if (nl > 5 && strcmp(model_name + nl - 5, ".gguf") == 0) model_name[nl - 5] = '\0';
     server_config sc = {.host = host, .port = port, .api_key = api_key,
                         .max_body_bytes = (size_t)max_body, .model_name = model_name, .voc = voc,
-                        .chat_template = tmpl, .bos = src.bos, .eos = src.eos};
+                        .chat_template = tmpl, .bos = src.bos, .eos = src.eos,
+                        .reasoning_off = reasoning_off};
     if (server_start(&s, &sc, p, &err) != 0) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         goto out;

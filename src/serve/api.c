@@ -453,7 +453,7 @@ static const unsupported_field k_unsupported[] = {
     {"modalities", K_CHAT, inert_text_only, "[\"text\"]"},
     {"prediction", K_CHAT, NULL, NULL},
     {"web_search_options", K_CHAT, NULL, NULL},
-    {"reasoning_effort", K_GEN, NULL, NULL},
+    {"reasoning_effort", K_CMPL, NULL, NULL},
     {"verbosity", K_CHAT, NULL, NULL},
     {"suffix", K_CMPL, inert_empty_string, "\"\""},
     {"echo", K_GEN, inert_false, "false"},
@@ -474,7 +474,6 @@ static const unsupported_field k_unsupported[] = {
     {"t_max_predict_ms", K_GEN, inert_zero, "0"},
     {"post_sampling_probs", K_GEN, inert_false, "false"},
     {"return_tokens", K_GEN, inert_false, "false"},
-    {"chat_template_kwargs", K_CHAT, inert_empty, "{}"},
     {"embd_normalize", K_EMB, inert_two, "2 (Euclidean, what the engine does)"},
     /* vLLM */
     {"guided_json", K_GEN, NULL, NULL},
@@ -709,6 +708,12 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
                         "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
                         family);
     }
+    if (g->tool_fmt == TOOL_FORMAT_HARMONY && strcmp(mode, "required") == 0) {
+        return api_fail(e, 400, "unsupported_parameter",
+                        "unsupported `tool_choice`: this model writes tool calls in the `harmony` "
+                        "syntax, whose calls Strata parses but cannot force (accepted: \"auto\", "
+                        "\"none\")");
+    }
     if (strcmp(mode, "required") != 0) {
         /* auto: free text or a call, parsed; but a reply held to a
          * `response_format` is that format's, never a call */
@@ -734,6 +739,29 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
     int rc = tool_calls_grammar(g->tool_fmt, decl, n_decl, parallel && named < 0, &g->grammar, &err);
     if (rc == STRATA_ENOMEM) return api_fail(e, 500, "out_of_memory", "out of memory");
     if (rc != 0) return api_fail(e, 400, "invalid_schema", "`tools`: %s", err.msg);
+    return 0;
+}
+
+/* `reasoning_format` (llama-server's field): "auto" or "deepseek" split the
+ * reply's reasoning (reasoning.h) into `reasoning_content`, "none" leaves
+ * it in `content`; absent, the server's --reasoning-format decides. A
+ * reply held to a grammar from its first token has no reasoning; a
+ * harmony reply parsed for calls is always split (its calls are
+ * messages). Runs after parse_tools. */
+static int parse_reasoning(const api_env *env, json_t *o, api_gen *g, api_error *e)
+{
+    bool on = !env->reasoning_off;
+    json_t *f = json_object_get(o, "reasoning_format");
+    if (f != NULL && !json_is_null(f)) {
+        const char *v = json_string_value(f);
+        if (v == NULL || (strcmp(v, "none") != 0 && strcmp(v, "auto") != 0 && strcmp(v, "deepseek") != 0)) {
+            return api_fail(e, 400, "invalid_value", "`reasoning_format` must be \"auto\", \"deepseek\" or \"none\"");
+        }
+        on = strcmp(v, "none") != 0;
+    }
+    g->reasoning = on ? reasoning_detect(env->chat_template) : REASONING_NONE;
+    if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_HARMONY) g->reasoning = REASONING_HARMONY;
+    if (g->grammar != NULL) g->reasoning = REASONING_NONE;
     return 0;
 }
 
@@ -903,6 +931,39 @@ static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
     return 0;
 }
 
+/* The template's extra variables: `chat_template_kwargs` (an object of
+ * variables, llama-server's and vLLM's field: {"enable_thinking": false}
+ * for Qwen3) and `reasoning_effort` (as the variable of that name, for
+ * templates that read it, such as gpt-oss's; refused by name for the
+ * others, where it would change nothing). *out: a new object, or NULL. */
+static int template_extra(const char *tmpl, json_t *o, json_t **out, api_error *e)
+{
+    *out = NULL;
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    json_t *effort = json_object_get(o, "reasoning_effort");
+    if (kw != NULL && !json_is_null(kw) && !json_is_object(kw)) {
+        return api_fail(e, 400, "invalid_type", "`chat_template_kwargs` must be an object");
+    }
+    if (effort != NULL && !json_is_null(effort)) {
+        const char *v = json_string_value(effort);
+        if (v == NULL || (strcmp(v, "low") != 0 && strcmp(v, "medium") != 0 && strcmp(v, "high") != 0)) {
+            return api_fail(e, 400, "invalid_value", "`reasoning_effort` must be \"low\", \"medium\" or \"high\"");
+        }
+        if (strstr(tmpl, "reasoning_effort") == NULL) {
+            return api_fail(e, 400, "unsupported_parameter",
+                            "unsupported parameter `reasoning_effort`: this model's chat template does not "
+                            "read it (`chat_template_kwargs` passes variables a template does read)");
+        }
+    } else {
+        effort = NULL;
+    }
+    if (!json_is_object(kw) && effort == NULL) return 0;
+    *out = json_is_object(kw) ? json_deep_copy(kw) : json_object();
+    if (*out == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    if (effort != NULL) json_object_set(*out, "reasoning_effort", effort);
+    return 0;
+}
+
 /* messages → a prompt with the model's template. Contents given as parts
  * ([{"type":"text","text":...}]) are joined into one string first. */
 static int parse_messages(const api_env *env, json_t *o, const json_t *tools, api_gen *g,
@@ -957,14 +1018,21 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
         return rc;
     }
     const char *tmpl = env->chat_template ? env->chat_template : k_chatml;
+    json_t *extra = NULL;
+    if ((rc = template_extra(tmpl, o, &extra, e)) != 0) {
+        json_decref(norm);
+        return rc;
+    }
     chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
-                               .eos_token = env->eos, .tools = tools};
+                               .eos_token = env->eos, .tools = tools, .extra = extra};
     char *prompt = NULL;
     size_t prompt_len = 0;
     strata_err err;
     rc = chat_template_render(tmpl, strlen(tmpl), norm, &opts, &prompt, &prompt_len, &err);
     json_decref(norm);
+    json_decref(extra);
     if (rc != 0) return api_fail(e, 400, "template_error", "cannot render the chat template: %s", err.msg);
+    g->reasoning_open = g->reasoning == REASONING_THINK && reasoning_prompt_open(prompt, prompt_len);
     /* The rendered prompt carries its own BOS when the template writes one. */
     bool add_special = env->bos == NULL || env->bos[0] == '\0' ||
                        strncmp(prompt, env->bos, strlen(env->bos)) != 0;
@@ -1069,6 +1137,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = parse_structured(o, g, e)) != 0) goto out;
         json_t *tools = NULL;
         if (kind == API_CHAT && (rc = parse_tools(env, o, g, &tools, e)) != 0) goto out;
+        if (kind == API_CHAT && (rc = parse_reasoning(env, o, g, e)) != 0) goto out;
         rc = kind == API_CHAT ? parse_messages(env, o, tools, g, e) : parse_prompt(env, o, "prompt", g, e);
     }
     if (rc != 0) goto out;
@@ -1287,6 +1356,10 @@ json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t s
                                api_text_json(text, ch[i].n_text), "logprobs", lp,
                                "finish_reason", ch[i].res->finish_reason);
         }
+        if (kind == API_CHAT && ch[i].n_reasoning > 0) {
+            json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+                                api_text_json(ch[i].reasoning, ch[i].n_reasoning));
+        }
         if (n > 1) json_object_set_new(choice, "timings", api_timings(ch[i].res));
         json_array_append_new(choices, choice);
     }
@@ -1349,6 +1422,19 @@ void api_tool_call_id(char out[10], uint64_t serial, size_t index, size_t k)
         x /= 62; /* 62^9 < 2^64: one value holds the nine digits */
     }
     out[9] = '\0';
+}
+
+json_t *api_stream_reasoning(const api_env *env, uint64_t serial, size_t index, const char *text,
+                             size_t n_text, bool first)
+{
+    json_t *j = envelope(env, API_CHAT, serial, true);
+    json_t *delta = json_object();
+    if (first) json_object_set_new(delta, "role", json_string("assistant"));
+    json_object_set_new(delta, "reasoning_content", api_text_json(text, n_text));
+    json_t *choice = json_pack("{s:I,s:o,s:n,s:n}", "index", (json_int_t)index, "delta", delta,
+                               "logprobs", "finish_reason");
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    return j;
 }
 
 json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index, size_t k,

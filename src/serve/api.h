@@ -16,6 +16,7 @@
 #include "engine/protocol.h"
 #include "serve/request.h"
 #include "serve/textgen.h"
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 #include "text/vocab.h"
 
@@ -54,6 +55,8 @@ typedef struct api_env {
     const char *bos, *eos;
     const char *model_name;
     int64_t n_ctx;             /* per request; 0 when unknown */
+    bool reasoning_off;        /* `strata serve --reasoning-format none`: replies are not
+                                  split into reasoning and content unless a request asks */
 } api_env;
 
 /* The most choices (`n`) of one request, and inputs of one /v1/embeddings
@@ -93,6 +96,9 @@ typedef struct api_gen {
     bool tool_calls;                /* chat with `tools` and a `tool_choice` other than
                                        "none": the output is parsed for calls */
     tool_format tool_fmt;           /* the template's call syntax (tool_calls.h) */
+    reasoning_format reasoning;     /* chat: the reasoning syntax split from the reply
+                                       (reasoning.h); NONE: the reply is all content */
+    bool reasoning_open;            /* the rendered prompt ends inside a THINK block */
 } api_gen;
 
 /* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's
@@ -189,6 +195,8 @@ typedef struct api_choice {
                                  they replace text: `content` is tools->content, or
                                  null when blank, and finish_reason "tool_calls");
                                  NULL: none */
+    const char *reasoning; /* chat: `reasoning_content` when n_reasoning > 0 */
+    size_t n_reasoning;
     json_t *logprobs;      /* stolen; NULL: null */
     const api_result *res; /* its finish_reason and figures */
 } api_choice;
@@ -213,6 +221,10 @@ json_t *api_stream_chunk(const api_env *env, enum api_kind kind, uint64_t serial
 /* The id of call k of choice `index` of request serial: 9 letters and
  * digits (what Mistral's templates insist on), NUL-terminated in out. */
 void api_tool_call_id(char out[10], uint64_t serial, size_t index, size_t k);
+/* A streamed chat chunk of choice `index` whose delta is reasoning text
+ * {reasoning_content} (with the role when first). */
+json_t *api_stream_reasoning(const api_env *env, uint64_t serial, size_t index, const char *text,
+                             size_t n_text, bool first);
 /* A streamed chunk of call k of choice `index`: with name, the call's
  * first delta {index, id, type, function: {name, arguments: ""}}; without,
  * an argument fragment {index, function: {arguments}}. */

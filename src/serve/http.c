@@ -145,7 +145,8 @@ static api_env make_env(server *s)
     pool_info pi;
     pool_get_info(s->p, &pi);
     return (api_env){.voc = s->cfg.voc, .chat_template = s->cfg.chat_template, .bos = s->cfg.bos,
-                     .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx};
+                     .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx,
+                     .reasoning_off = s->cfg.reasoning_off};
 }
 
 /* --- waiting on a request's engine requests --- */
@@ -184,10 +185,14 @@ typedef struct choice {
     bool first;         /* streamed: none of its chunks went out (chat: role comes first) */
     bool reported;      /* streamed: its finish chunk went out */
     sbuf text;          /* streamed: text not sent yet; else all of it */
-    sbuf all;           /* streamed with tools: all the text so far */
+    sbuf all;           /* streamed with tools or reasoning: all the text so far */
     size_t sent;        /* ... of which the bytes sent as content */
+    size_t r_sent;      /* ... and the bytes of its reasoning sent */
+    bool parsed;        /* choice_parse ran */
     tool_parsed tp;     /* with tools: the calls of the finished text */
     bool tp_ready;
+    reasoning_parts rp; /* with reasoning: the finished text's parts */
+    bool rp_ready;
 } choice;
 
 typedef struct gen_run {
@@ -459,6 +464,7 @@ static void gen_run_free(gen_run *gr)
         sbuf_free(&c->text);
         sbuf_free(&c->all);
         if (c->tp_ready) tool_parsed_free(&c->tp);
+        if (c->rp_ready) reasoning_parts_free(&c->rp);
     }
     free(gr->ch);
     sreq_waker_release(gr->w);
@@ -505,22 +511,48 @@ typedef struct stream_st {
     bool finished;
 } stream_st;
 
-/* Parses a finished choice's text for tool calls (once); with calls its
- * finish_reason becomes "tool_calls". */
-static void choice_parse_tools(gen_run *gr, choice *c, const char *text, size_t n)
+/* Parses a finished choice's text once: its reasoning split off (when the
+ * request splits it), then what is left for tool calls (when it is parsed
+ * for calls: harmony's calls come from the split); with calls its
+ * finish_reason becomes "tool_calls". Out of memory, the text stays
+ * whole content. */
+static void choice_parse(gen_run *gr, choice *c, const char *text, size_t n)
 {
-    if (c->tp_ready) return;
-    if (tool_calls_parse(gr->g.tool_fmt, text ? text : "", n, &c->tp) != 0) return;
+    if (c->parsed) return;
+    c->parsed = true;
+    const char *ct = text ? text : "";
+    size_t cn = text ? n : 0;
+    if (gr->g.reasoning != REASONING_NONE &&
+        reasoning_split(gr->g.reasoning, gr->g.reasoning_open, ct, cn, true, &c->rp) == 0) {
+        c->rp_ready = true;
+        ct = c->rp.content;
+        cn = c->rp.n_content;
+    }
+    if (!gr->g.tool_calls) return;
+    if (gr->g.tool_fmt == TOOL_FORMAT_HARMONY) {
+        if (!c->rp_ready) return;
+        c->tp = (tool_parsed){.content = strndup(ct, cn), .n_content = cn, .calls = c->rp.calls,
+                              .n_calls = c->rp.n_calls};
+        c->rp.calls = NULL;
+        c->rp.n_calls = 0;
+        if (c->tp.content == NULL) {
+            tool_parsed_free(&c->tp);
+            return;
+        }
+    } else if (tool_calls_parse(gr->g.tool_fmt, ct, cn, &c->tp) != 0) {
+        return;
+    }
     c->tp_ready = true;
     if (c->tp.n_calls > 0) c->res.finish_reason = "tool_calls";
 }
 
-/* The events of streamed choice i when its output is parsed for calls:
+/* The events of streamed choice i when its output is parsed (for calls,
+ * reasoning or both): the settled reasoning as reasoning_content deltas;
  * content only up to what cannot be (the start of) a call, and once it
  * ends either the rest as content or the calls as tool_calls deltas (the
  * first of each with its id and name, then its arguments), then the finish
  * chunk. lp (stolen) rides on the content chunk. */
-static void stream_tool_choice(stream_st *st, size_t i, json_t *lp)
+static void stream_parsed_choice(stream_st *st, size_t i, json_t *lp)
 {
     gen_run *gr = st->gr;
     choice *c = &gr->ch[i];
@@ -528,9 +560,37 @@ static void stream_tool_choice(stream_st *st, size_t i, json_t *lp)
     c->text.len = 0;
     if (c->text.data != NULL) c->text.data[0] = '\0';
     const char *all = c->all.data ? c->all.data : "";
-    const char *from = all + c->sent;
+    if (c->ended) choice_parse(gr, c, all, c->all.len);
+    /* the content so far: all the text, or what the reasoning split settled */
+    const char *ct = all;
+    size_t cn = c->all.len;
+    reasoning_parts cur = {0};
+    bool have_cur = false;
+    if (gr->g.reasoning != REASONING_NONE) {
+        const reasoning_parts *rp = NULL;
+        if (c->ended) {
+            rp = c->rp_ready ? &c->rp : NULL;
+        } else if (reasoning_split(gr->g.reasoning, gr->g.reasoning_open, all, c->all.len, false,
+                                   &cur) == 0) {
+            have_cur = true;
+            rp = &cur;
+        } else {
+            cn = c->sent; /* out of memory: nothing new this time */
+        }
+        if (rp != NULL) {
+            if (rp->n_reasoning > c->r_sent) {
+                api_sse_event(&st->out, api_stream_reasoning(&gr->env, gr->serial, i,
+                                                             rp->reasoning + c->r_sent,
+                                                             rp->n_reasoning - c->r_sent, c->first));
+                c->first = false;
+                c->r_sent = rp->n_reasoning;
+            }
+            ct = rp->content;
+            cn = rp->n_content;
+        }
+    }
+    const char *from = ct + c->sent;
     size_t n_send = 0;
-    if (c->ended) choice_parse_tools(gr, c, all, c->all.len);
     bool calls = c->tp_ready && c->tp.n_calls > 0;
     if (calls) {
         /* the content is the text before the first call (all of which was
@@ -540,7 +600,7 @@ static void stream_tool_choice(stream_st *st, size_t i, json_t *lp)
             n_send = c->tp.n_content - c->sent;
         }
     } else {
-        size_t upto = c->ended ? c->all.len : tool_calls_text_prefix(gr->g.tool_fmt, all, c->all.len);
+        size_t upto = c->ended || !gr->g.tool_calls ? cn : tool_calls_text_prefix(gr->g.tool_fmt, ct, cn);
         if (upto > c->sent) n_send = upto - c->sent;
     }
     if (n_send > 0 || lp != NULL) {
@@ -549,6 +609,7 @@ static void stream_tool_choice(stream_st *st, size_t i, json_t *lp)
         c->first = false;
         c->sent += n_send;
     }
+    if (have_cur) reasoning_parts_free(&cur);
     if (!c->ended || c->reported) return;
     for (size_t k = 0; calls && k < c->tp.n_calls; k++) {
         json_t *d = api_stream_tool_delta(&gr->env, gr->serial, i, k, c->tp.calls[k].name, NULL);
@@ -590,8 +651,8 @@ static bool stream_produce(stream_st *st)
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
         json_t *lp = take_logprobs(gr, c, false);
-        if (gr->g.tool_calls && !failed) {
-            stream_tool_choice(st, i, lp);
+        if ((gr->g.tool_calls || gr->g.reasoning != REASONING_NONE) && !failed) {
+            stream_parsed_choice(st, i, lp);
             continue;
         }
         if (c->text.len > 0 || lp != NULL) {
@@ -798,9 +859,10 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     } else if (gen_error(gr, &e) != 0) {
         ret = respond_error(s, c, endpoint, &e, serial);
     } else {
-        for (size_t i = 0; gr->g.tool_calls && i < gr->n_ch; i++) {
+        bool parse = gr->g.tool_calls || gr->g.reasoning != REASONING_NONE;
+        for (size_t i = 0; parse && i < gr->n_ch; i++) {
             choice *ch = &gr->ch[i];
-            choice_parse_tools(gr, ch, ch->text.data, ch->text.len);
+            choice_parse(gr, ch, ch->text.data, ch->text.len);
         }
         api_result total;
         total_result(gr, &total);
@@ -820,10 +882,13 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
             api_choice *chs = calloc(gr->n_ch, sizeof(*chs));
             for (size_t i = 0; chs != NULL && i < gr->n_ch; i++) {
                 choice *ch = &gr->ch[i];
-                if (gr->g.tool_calls) choice_parse_tools(gr, ch, ch->text.data, ch->text.len);
-                chs[i] = (api_choice){.text = ch->text.data ? ch->text.data : "",
+                if (parse) choice_parse(gr, ch, ch->text.data, ch->text.len);
+                chs[i] = (api_choice){.text = ch->rp_ready ? ch->rp.content
+                                              : ch->text.data ? ch->text.data : "",
                                       .tools = ch->tp_ready ? &ch->tp : NULL,
-                                      .n_text = ch->text.len,
+                                      .n_text = ch->rp_ready ? ch->rp.n_content : ch->text.len,
+                                      .reasoning = ch->rp_ready ? ch->rp.reasoning : NULL,
+                                      .n_reasoning = ch->rp_ready ? ch->rp.n_reasoning : 0,
                                       .logprobs = take_logprobs(gr, ch, true),
                                       .res = &ch->res};
             }

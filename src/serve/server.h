@@ -27,6 +27,8 @@ typedef struct server_config {
     const char *model_name;    /* the id in /v1/models */
     const vocab *voc;          /* borrowed, outlives the server */
     const char *chat_template; /* borrowed; ChatML when NULL */
+    bool reasoning_off;        /* --reasoning-format none: chat replies keep their
+                                  reasoning in `content` unless a request asks */
     const char *bos, *eos;     /* texts for the template; borrowed, may be NULL */
 } server_config;
 

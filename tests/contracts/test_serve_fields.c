@@ -128,7 +128,6 @@ static const field_case k_refused[] = {
     {'c', "t_max_predict_ms", "100"},
     {'c', "post_sampling_probs", "true"},
     {'c', "return_tokens", "true"},
-    {'h', "chat_template_kwargs", "{\"enable_thinking\":false}"},
     {'e', "embd_normalize", "-1"},
     {'c', "guided_json", "{}"},
     {'c', "guided_regex", "\"a+\""},
@@ -163,7 +162,7 @@ static const char *const k_accepted[][2] = {
           "\"modalities\":[\"text\"],\"functions\":[],\"function_call\":\"auto\","
           "\"audio\":null,\"prediction\":null"},
     {"h", "\"tool_choice\":\"auto\",\"add_generation_prompt\":true,\"continue_final_message\":false,"
-          "\"chat_template_kwargs\":{}"},
+          "\"chat_template_kwargs\":{\"enable_thinking\":false},\"reasoning_format\":\"none\""},
     {"c", "\"echo\":false,\"suffix\":\"\",\"best_of\":1,\"ignore_eos\":false,\"min_tokens\":0,"
           "\"mirostat\":0,\"n_probs\":0,\"grammar\":\"\",\"top_n_sigma\":-1,"
           "\"repetition_penalty\":1,\"skip_special_tokens\":true,\"stop_token_ids\":[]"},
