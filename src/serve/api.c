@@ -132,6 +132,7 @@ void api_gen_free(api_gen *g)
     free(g->inputs);
     free(g->sampling.logit_bias);
     free(g->grammar);
+    json_decref(g->tools);
     memset(g, 0, sizeof(*g));
 }
 
@@ -708,12 +709,14 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
                         "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
                         family);
     }
-    if (g->tool_fmt == TOOL_FORMAT_HARMONY && strcmp(mode, "required") == 0) {
+    if ((g->tool_fmt == TOOL_FORMAT_HARMONY || g->tool_fmt == TOOL_FORMAT_XML) &&
+        strcmp(mode, "required") == 0) {
         return api_fail(e, 400, "unsupported_parameter",
-                        "unsupported `tool_choice`: this model writes tool calls in the `harmony` "
+                        "unsupported `tool_choice`: this model writes tool calls in the `%s` "
                         "syntax, whose calls Strata parses but cannot force (accepted: \"auto\", "
-                        "\"none\")");
+                        "\"none\")", family);
     }
+    g->tools = json_incref(tools); /* the calls' parameter types */
     if (strcmp(mode, "required") != 0) {
         /* auto: free text or a call, parsed; but a reply held to a
          * `response_format` is that format's, never a call */

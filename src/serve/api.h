@@ -96,6 +96,8 @@ typedef struct api_gen {
     bool tool_calls;                /* chat with `tools` and a `tool_choice` other than
                                        "none": the output is parsed for calls */
     tool_format tool_fmt;           /* the template's call syntax (tool_calls.h) */
+    json_t *tools;                  /* `tools` when parsed for calls (their schemas type
+                                       the XML syntax's values), a reference; else NULL */
     reasoning_format reasoning;     /* chat: the reasoning syntax split from the reply
                                        (reasoning.h); NONE: the reply is all content */
     bool reasoning_open;            /* the rendered prompt ends inside a THINK block */

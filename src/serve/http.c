@@ -539,7 +539,7 @@ static void choice_parse(gen_run *gr, choice *c, const char *text, size_t n)
             tool_parsed_free(&c->tp);
             return;
         }
-    } else if (tool_calls_parse(gr->g.tool_fmt, ct, cn, &c->tp) != 0) {
+    } else if (tool_calls_parse_typed(gr->g.tool_fmt, ct, cn, gr->g.tools, &c->tp) != 0) {
         return;
     }
     c->tp_ready = true;

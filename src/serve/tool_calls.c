@@ -46,8 +46,15 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
     } else if (strstr(tmpl, "<invoke name=") != NULL) {
         fam = "minimax";
         f = TOOL_FORMAT_UNSUPPORTED;
-    } else if (strstr(tmpl, "<function=") != NULL) {
+    } else if (strstr(tmpl, "<seed:tool_call>") != NULL) {
+        fam = "seed-oss";
+        f = TOOL_FORMAT_UNSUPPORTED;
+    } else if (strstr(tmpl, "<function=") != NULL && strstr(tmpl, "<parameter=") != NULL &&
+               strstr(tmpl, HERMES_OPEN) != NULL) {
         fam = "qwen3-xml";
+        f = TOOL_FORMAT_XML;
+    } else if (strstr(tmpl, "<function=") != NULL) {
+        fam = "functionary";
         f = TOOL_FORMAT_UNSUPPORTED;
     } else if (strstr(tmpl, MISTRAL_TAG) != NULL) {
         fam = "mistral";
@@ -210,6 +217,85 @@ static bool parse_hermes(cursor *c, calls *cs)
     return cs->n > 0;
 }
 
+/* The JSON Schema type the tool `name` gives its parameter key[0..nk)
+ * ("string", "integer", ...), or NULL when tools do not say. */
+static const char *param_type(const json_t *tools, const char *name, size_t nn, const char *key,
+                              size_t nk)
+{
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const json_t *fn = json_object_get(f, "name");
+        if (!json_is_string(fn) || json_string_length(fn) != nn || memcmp(json_string_value(fn), name, nn) != 0) {
+            continue;
+        }
+        const json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
+        const json_t *p = json_object_getn(props, key, nk);
+        return json_string_value(json_object_get(p, "type"));
+    }
+    return NULL;
+}
+
+/* <tool_call> <function=N> (<parameter=K>V</parameter>)* </function>
+ * </tool_call>, repeated. */
+static bool parse_xml(cursor *c, calls *cs, const json_t *tools)
+{
+    while (eat(c, HERMES_OPEN)) {
+        skip_ws(c);
+        if (!eat(c, "<function=")) return false;
+        size_t n0 = c->p, n1 = find(c->s + n0, c->n - n0, ">") + n0;
+        if (n1 >= c->n) return false;
+        c->p = n1 + 1;
+        json_t *args = json_object();
+        if (args == NULL) {
+            cs->oom = true;
+            return false;
+        }
+        bool ok = true;
+        for (;;) {
+            skip_ws(c);
+            if (eat(c, "</function>")) break;
+            size_t k0 = c->p + strlen("<parameter="), k1, v0, v1;
+            if (!eat(c, "<parameter=") || (k1 = find(c->s + k0, c->n - k0, ">") + k0) >= c->n ||
+                (v1 = find(c->s + k1, c->n - k1, "</parameter>") + k1) >= c->n) {
+                ok = false;
+                break;
+            }
+            v0 = k1 + 1;
+            if (v0 < v1 && c->s[v0] == '\n') v0++;
+            if (v1 > v0 && c->s[v1 - 1] == '\n') v1--;
+            const char *type = param_type(tools, c->s + n0, n1 - n0, c->s + k0, k1 - k0);
+            json_t *v = NULL;
+            if (type == NULL || strcmp(type, "string") != 0) {
+                v = json_loadb(c->s + v0, v1 - v0, JSON_DECODE_ANY, NULL);
+            }
+            /* NULL: not UTF-8, or a NUL in it (which no JSON reader takes back) */
+            if (v == NULL && memchr(c->s + v0, '\0', v1 - v0) == NULL) v = json_stringn(c->s + v0, v1 - v0);
+            char *key = strndup(c->s + k0, k1 - k0);
+            if (key == NULL) cs->oom = true;
+            /* a key that is not UTF-8 (or holds a NUL) makes the call malformed */
+            if (key == NULL || v == NULL || strlen(key) != k1 - k0 ||
+                json_object_set_new(args, key, v) != 0) {
+                if (key == NULL || strlen(key) != k1 - k0) json_decref(v);
+                free(key);
+                ok = false;
+                break;
+            }
+            free(key);
+            c->p = find(c->s + k1, c->n - k1, "</parameter>") + k1 + strlen("</parameter>");
+        }
+        skip_ws(c);
+        ok = ok && eat(c, HERMES_CLOSE) && calls_add(cs, c->s + n0, n1 - n0, args);
+        json_decref(args);
+        if (!ok) return false;
+        size_t after = c->p;
+        skip_ws(c);
+        if (!at(c, HERMES_OPEN)) c->p = after;
+    }
+    return cs->n > 0;
+}
+
 static bool parse_llama3(cursor *c, calls *cs)
 {
     eat(c, LLAMA3_TAG);
@@ -297,7 +383,8 @@ static bool parse_deepseek(cursor *c, calls *cs)
 static size_t calls_start(tool_format f, const char *text, size_t n)
 {
     switch (f) {
-    case TOOL_FORMAT_HERMES: return find(text, n, HERMES_OPEN);
+    case TOOL_FORMAT_HERMES:
+    case TOOL_FORMAT_XML: return find(text, n, HERMES_OPEN);
     case TOOL_FORMAT_MISTRAL: return find(text, n, MISTRAL_TAG);
     case TOOL_FORMAT_DEEPSEEK: return find(text, n, DS_BEGIN);
     case TOOL_FORMAT_LLAMA3: {
@@ -313,6 +400,12 @@ static size_t calls_start(tool_format f, const char *text, size_t n)
 
 int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out)
 {
+    return tool_calls_parse_typed(f, text, n, NULL, out);
+}
+
+int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json_t *tools,
+                           tool_parsed *out)
+{
     memset(out, 0, sizeof(*out));
     calls cs = {0};
     size_t start = calls_start(f, text, n), end = n;
@@ -324,6 +417,7 @@ int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out
         case TOOL_FORMAT_LLAMA3: ok = parse_llama3(&c, &cs); break;
         case TOOL_FORMAT_MISTRAL: ok = parse_mistral(&c, &cs); break;
         case TOOL_FORMAT_DEEPSEEK: ok = parse_deepseek(&c, &cs); break;
+        case TOOL_FORMAT_XML: ok = parse_xml(&c, &cs, tools); break;
         default: break;
         }
         end = c.p;
@@ -369,7 +463,8 @@ void tool_parsed_free(tool_parsed *p)
 static const char *marker_of(tool_format f)
 {
     switch (f) {
-    case TOOL_FORMAT_HERMES: return HERMES_OPEN;
+    case TOOL_FORMAT_HERMES:
+    case TOOL_FORMAT_XML: return HERMES_OPEN;
     case TOOL_FORMAT_LLAMA3: return LLAMA3_TAG;
     case TOOL_FORMAT_MISTRAL: return MISTRAL_TAG;
     case TOOL_FORMAT_DEEPSEEK: return DS_BEGIN;
@@ -462,7 +557,8 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
                        strata_err *err)
 {
     *out = NULL;
-    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_HARMONY || f < 0 || n == 0) {
+    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_HARMONY || f == TOOL_FORMAT_XML || f < 0 ||
+        n == 0) {
         return strata_err_set(err, STRATA_EINVAL, "no call syntax to force for this model");
     }
     const call_syntax *sx = &k_syntax[f];

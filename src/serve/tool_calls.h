@@ -22,9 +22,16 @@
  *             ... <|message|>{...}; its calls come from the reasoning
  *             split (reasoning.h), so tool_calls_parse finds none here and
  *             tool_calls_grammar cannot force one
+ *   XML       <tool_call><function=N><parameter=K>V</parameter>...
+ *             </function></tool_call>, repeated (Qwen3-Coder, Qwen 3.5,
+ *             Nemotron 3, Step 3.5): V is the value's text (one newline on
+ *             each side dropped), a string where the tool's schema says
+ *             "string" (or the text is not JSON), else the JSON it holds;
+ *             not forced
  * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
- * name): Qwen3-Coder's XML (<function=...><parameter=...>), MiniMax's
- * <invoke name=...>, GLM's <arg_key>/<arg_value>, Kimi K2's sections. */
+ * name): Seed-OSS's <seed:tool_call>, functionary 3.1's <function=N>{...}
+ * ("functionary"), MiniMax's <invoke name=...>, GLM's
+ * <arg_key>/<arg_value>, Kimi K2's sections. */
 #ifndef STRATA_SERVE_TOOL_CALLS_H
 #define STRATA_SERVE_TOOL_CALLS_H
 
@@ -40,13 +47,14 @@ typedef enum tool_format {
     TOOL_FORMAT_MISTRAL,
     TOOL_FORMAT_DEEPSEEK,
     TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h); not forced */
+    TOOL_FORMAT_XML,     /* parsed; not forced */
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;
 
 /* The format of the model whose chat template is tmpl (NUL-terminated;
  * NULL: no template, ChatML). *family, when not NULL, gets a static name
  * of the family ("hermes", "llama3", "mistral", "deepseek", "qwen3-xml",
- * "glm", "kimi", "harmony", "minimax"). */
+ * "seed-oss", "functionary", "glm", "kimi", "harmony", "minimax"). */
 tool_format tool_format_detect(const char *tmpl, const char **family);
 
 /* One parsed call. */
@@ -69,6 +77,10 @@ typedef struct tool_parsed {
  * the whole text: model output never fails the request. 0, or -1 when
  * memory ran out. Free with tool_parsed_free. */
 int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out);
+/* As tool_calls_parse, with the request's `tools` (OpenAI's array, or
+ * NULL), whose parameter schemas type the XML syntax's values. */
+int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json_t *tools,
+                           tool_parsed *out);
 void tool_parsed_free(tool_parsed *p);
 
 /* How many bytes at the start of a growing output text[0..n) are surely

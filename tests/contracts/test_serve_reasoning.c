@@ -4,11 +4,11 @@
  * <think>), `reasoning_effort` for templates that read it and refused by
  * name for the others, no split under a grammar, harmony calls that cannot
  * be forced; then a real `strata serve` over the fake engine with scripted
- * output and real templates (Qwen3's, gpt-oss's): the reasoning is
+ * output and real templates (Qwen3's, gpt-oss's, Qwen 3.5's): the reasoning is
  * `message.reasoning_content` and the answer `content`, streamed as
  * reasoning_content deltas then content deltas that concatenate to the same
  * texts; `reasoning_format: "none"` and `--reasoning-format none` leave the
- * output whole; gpt-oss's calls become tool_calls. */
+ * output whole; gpt-oss's and Qwen 3.5's (XML) calls become tool_calls. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -276,6 +276,14 @@ static const rcase k_harmony[] = {
      AN "a<|end|><|start|>assistant<|channel|>final<|message|>b", NULL, NULL},
 };
 
+/* Qwen 3.5: the prompt opens the <think> block; calls in the XML syntax */
+static const rcase k_qwen35[] = {
+    {"Thinking.\n</think>\n\nHello.", "", "Thinking.", "Hello.", NULL, NULL},
+    {"Call w.\n</think>\n\n<tool_call>\n<function=w>\n<parameter=c>\n1\n</parameter>\n"
+     "<parameter=s>\nOslo\n</parameter>\n</function>\n</tool_call>",
+     "," TOOLS, "Call w.", NULL, "w", "{\"c\":1,\"s\":\"Oslo\"}"},
+};
+
 static void check_case(int port, const rcase *rc)
 {
     char body[2048];
@@ -332,7 +340,7 @@ static int start(const char *tmpl_path, bool off, const char *tag, char *log, si
     setenv("FAKE_ENGINE_SCRIPT", g_script, 1);
     const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--engine", st_fake_engine_path(),
                           "--replicas", "1", "--slots", "2", "--port", "0", "--port-file",
-                          port_file, "--chat-template-file", tmpl_path,
+                          port_file, "--ctx", "4096", "--chat-template-file", tmpl_path,
                           off ? "--reasoning-format" : NULL, "none", NULL};
     int port = st_spawn(argv, port_file, log, 1);
     unsetenv("FAKE_ENGINE_SCRIPT");
@@ -356,6 +364,19 @@ static void test_through_the_server(void **state)
     port = start(oss, false, "oss", log, sizeof(log));
     for (size_t i = 0; i < sizeof(k_harmony) / sizeof(k_harmony[0]); i++) check_case(port, &k_harmony[i]);
     st_stop(g_live_pid, log);
+    char q35[4096];
+    if (template_path(q35, sizeof(q35), "Qwen3.5-4B")) {
+        port = start(q35, false, "q35", log, sizeof(log));
+        for (size_t i = 0; i < sizeof(k_qwen35) / sizeof(k_qwen35[0]); i++) check_case(port, &k_qwen35[i]);
+        /* its calls are parsed, not forced */
+        http_response hr;
+        assert_int_equal(http_do(port, "POST", "/v1/chat/completions",
+                                 "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", NULL, &hr), 0);
+        assert_int_equal(hr.status, 400);
+        assert_non_null(strstr(hr.body, "qwen3-xml"));
+        http_response_free(&hr);
+        st_stop(g_live_pid, log);
+    }
     /* --reasoning-format none: whole, unless a request asks */
     port = start(qwen, true, "off", log, sizeof(log));
     const rcase whole = {"<think>x</think>y", "", NULL, "<think>x</think>y", NULL, NULL};

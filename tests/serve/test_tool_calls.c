@@ -48,6 +48,11 @@ static void test_detect_real_templates(void **state)
         {"deepseek-ai-DeepSeek-V3.1", "deepseek"},
         {"llama-cpp-deepseek-r1", "deepseek"},
         {"Qwen3-Coder", "qwen3-xml"},
+        {"Qwen3.5-4B", "qwen3-xml"},
+        {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "qwen3-xml"},
+        {"StepFun3.5-Flash", "qwen3-xml"},
+        {"ByteDance-Seed-OSS", "seed-oss"},
+        {"meetkai-functionary-medium-v3.1", "functionary"},
         {"GLM-4.6", "glm"},
         {"moonshotai-Kimi-K2", "kimi"},
         {"openai-gpt-oss-120b", "harmony"},
@@ -66,9 +71,11 @@ static void test_detect_real_templates(void **state)
         const char *fam = NULL;
         tool_format f = tool_format_detect(t, &fam);
         if (strcmp(fam, cases[i].family) != 0) fail_msg("%s: %s, want %s", cases[i].file, fam, cases[i].family);
-        bool unsupported = !strcmp(fam, "qwen3-xml") || !strcmp(fam, "glm") || !strcmp(fam, "kimi") || !strcmp(fam, "minimax");
+        bool unsupported = !strcmp(fam, "seed-oss") || !strcmp(fam, "functionary") || !strcmp(fam, "glm") ||
+                           !strcmp(fam, "kimi") || !strcmp(fam, "minimax");
         assert_int_equal(f == TOOL_FORMAT_UNSUPPORTED, unsupported);
         assert_int_equal(f == TOOL_FORMAT_HARMONY, !strcmp(fam, "harmony"));
+        assert_int_equal(f == TOOL_FORMAT_XML, !strcmp(fam, "qwen3-xml"));
         free(t);
     }
     const char *fam = NULL;
@@ -121,6 +128,17 @@ static const pcase k_cases[] = {
     {TOOL_FORMAT_DEEPSEEK, DS_B DS_C "get_weather" DS_S "{\"city\": \"Oslo\"}" DS_CE DS_E, "", 1, "get_weather", "{\"city\":\"Oslo\"}", NULL, NULL},
     {TOOL_FORMAT_DEEPSEEK, DS_B DS_C "get_weather" DS_S "{\"city\": \"Oslo\"}" DS_CE, DS_B DS_C "get_weather" DS_S "{\"city\": \"Oslo\"}" DS_CE, 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_DEEPSEEK, DS_B DS_C "function" DS_S "f\n```json\n{}\n" DS_CE DS_E, DS_B DS_C "function" DS_S "f\n```json\n{}\n" DS_CE DS_E, 0, NULL, NULL, NULL, NULL},
+    /* XML (Qwen3-Coder): values typed as JSON where they are JSON (no tools here) */
+    {TOOL_FORMAT_XML, "I will check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     "I will check.\n", 1, "get_weather", "{\"city\":\"Paris\",\"days\":3}", NULL, NULL},
+    {TOOL_FORMAT_XML, "<tool_call>\n<function=a>\n</function>\n</tool_call>\n<tool_call><function=b><parameter=x>{\"k\": [1]}</parameter>"
+                      "<parameter=t>two\nlines</parameter></function></tool_call>",
+     "", 2, "a", "{}", "b", "{\"x\":{\"k\":[1]},\"t\":\"two\\nlines\"}"},
+    {TOOL_FORMAT_XML, "<tool_call>\n<function=a>\n<parameter=city>\nPar", "<tool_call>\n<function=a>\n<parameter=city>\nPar", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_XML, "<tool_call><function=a><parameter=c>x</parameter></function>", "<tool_call><function=a><parameter=c>x</parameter></function>", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_XML, "<tool_call><function=a b></function></tool_call>", "<tool_call><function=a b></function></tool_call>", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_XML, "<tool_call><function=a><x>1</x></function></tool_call>", "<tool_call><function=a><x>1</x></function></tool_call>", 0, NULL, NULL, NULL, NULL},
     /* a format that is not parsed leaves everything as content */
     {TOOL_FORMAT_UNSUPPORTED, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", 0, NULL, NULL, NULL, NULL},
 };
@@ -177,6 +195,18 @@ static void test_every_split_point(void **state)
         }
         tool_parsed_free(&full);
     }
+    /* the tools' schemas type XML values: a string stays a string */
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"zip\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]", 0, NULL);
+    assert_non_null(tools);
+    const char *xml = "<tool_call>\n<function=f>\n<parameter=zip>\n0501\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
+                      "<parameter=flag>\ntrue\n</parameter>\n<parameter=s>\nplain\n</parameter>\n</function>\n</tool_call>";
+    tool_parsed tp;
+    assert_int_equal(tool_calls_parse_typed(TOOL_FORMAT_XML, xml, strlen(xml), tools, &tp), 0);
+    assert_int_equal(tp.n_calls, 1);
+    assert_string_equal(tp.calls[0].arguments, "{\"zip\":\"0501\",\"n\":7,\"flag\":true,\"s\":\"plain\"}");
+    tool_parsed_free(&tp);
+    json_decref(tools);
     /* a tail that may begin a marker is held; one that cannot is not */
     assert_int_equal(tool_calls_text_prefix(TOOL_FORMAT_HERMES, "Hello <tool", 11), 6);
     assert_int_equal(tool_calls_text_prefix(TOOL_FORMAT_HERMES, "Hello <b>", 9), 9);
@@ -259,6 +289,7 @@ static void test_grammar_forces_a_declared_call(void **state)
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_UNSUPPORTED, tools, 2, true, &g, &err), STRATA_EINVAL);
     /* harmony's calls are parsed (reasoning.h), never forced */
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_HARMONY, tools, 2, true, &g, &err), STRATA_EINVAL);
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tools, 2, true, &g, &err), STRATA_EINVAL);
     json_decref(bad);
     json_decref(weather);
 }
