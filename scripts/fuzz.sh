@@ -16,6 +16,7 @@ seeds_for() {
         fuzz_protocol) echo "$here/tests/fuzz/corpus-protocol" ;;
         fuzz_request) echo "$here/tests/fuzz/corpus-request" ;;
         fuzz_grammar) echo "$here/tests/fuzz/corpus-grammar" ;;
+        fuzz_tool_calls) echo "$here/tests/fuzz/corpus-tool-calls" ;;
         *) echo "" ;;
     esac
 }
