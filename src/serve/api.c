@@ -1014,6 +1014,13 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
         if (content == NULL || json_is_null(content)) json_object_set_new(c, "content", json_string(""));
         json_array_append_new(norm, c);
         if (rc == 0) rc = parse_msg_tool_calls(c, i, e);
+        /* an earlier reply's reasoning, as a client sends it back: templates
+         * that keep it under another name (gpt-oss's `thinking`) get it there */
+        json_t *rsn = json_object_get(c, "reasoning_content");
+        if (rc == 0 && json_is_string(rsn) && json_object_get(c, "thinking") == NULL &&
+            env->chat_template != NULL && strstr(env->chat_template, "message.thinking") != NULL) {
+            json_object_set(c, "thinking", rsn);
+        }
         if (rc != 0) break;
     }
     if (rc != 0) {

@@ -130,6 +130,20 @@ static void test_parse(void **state)
     assert_true(g.n_prompt != n_medium || memcmp(g.prompt, medium, n_medium * sizeof(int32_t)) != 0);
     api_gen_free(&g);
     free(medium);
+    /* an earlier reply's reasoning_content reaches gpt-oss's template as `thinking` */
+    const char *turns = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\","
+                        "\"content\":null,%s\"tool_calls\":[{\"id\":\"abcdefghi\",\"type\":\"function\","
+                        "\"function\":{\"name\":\"w\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                        "\"tool_call_id\":\"abcdefghi\",\"content\":\"sunny\"}]}";
+    char body[1024];
+    snprintf(body, sizeof(body), turns, "");
+    assert_int_equal(parse(&env, body, &g, &e), 0);
+    size_t n_without = g.n_prompt;
+    api_gen_free(&g);
+    snprintf(body, sizeof(body), turns, "\"reasoning_content\":\"Need the weather tool.\",");
+    assert_int_equal(parse(&env, body, &g, &e), 0);
+    assert_true(g.n_prompt > n_without);
+    api_gen_free(&g);
     assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_effort\":\"extreme\"}", &g, &e), -1);
     assert_non_null(strstr(e.message, "`reasoning_effort`"));
     /* harmony calls: parsed with tool_choice auto (even with reasoning_format
