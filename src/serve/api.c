@@ -709,8 +709,7 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
                         "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
                         family);
     }
-    if ((g->tool_fmt == TOOL_FORMAT_HARMONY || g->tool_fmt == TOOL_FORMAT_XML) &&
-        strcmp(mode, "required") == 0) {
+    if (g->tool_fmt == TOOL_FORMAT_XML && strcmp(mode, "required") == 0) {
         return api_fail(e, 400, "unsupported_parameter",
                         "unsupported `tool_choice`: this model writes tool calls in the `%s` "
                         "syntax, whose calls Strata parses but cannot force (accepted: \"auto\", "
@@ -763,8 +762,8 @@ static int parse_reasoning(const api_env *env, json_t *o, api_gen *g, api_error 
         on = strcmp(v, "none") != 0;
     }
     g->reasoning = on ? reasoning_detect(env->chat_template) : REASONING_NONE;
-    if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_HARMONY) g->reasoning = REASONING_HARMONY;
     if (g->grammar != NULL) g->reasoning = REASONING_NONE;
+    if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_HARMONY) g->reasoning = REASONING_HARMONY;
     return 0;
 }
 

@@ -551,19 +551,29 @@ static const call_syntax k_syntax[] = {
     [TOOL_FORMAT_MISTRAL] = {MISTRAL_TAG "[", ", ", "]", "{\"name\": \"", "\", \"arguments\": ", "}"},
     [TOOL_FORMAT_DEEPSEEK] = {DS_BEGIN, "\n", DS_END, DS_CALL "function" DS_SEP, "\n```json\n",
                               "\n```" DS_CALL_END},
+    /* one call a turn (it ends with <|call|>, an end-of-generation token) */
+    [TOOL_FORMAT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.",
+                             " <|constrain|>json<|message|>", ""},
 };
+
+/* Harmony: the analysis message that may come before the call (its text
+ * without '<', so that it cannot open another message early). */
+#define HARMONY_ANALYSIS \
+    "analysis ::= \"<|channel|>analysis<|message|>\" [^<]* \"<|end|><|start|>assistant\"\n"
 
 int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool parallel, char **out,
                        strata_err *err)
 {
     *out = NULL;
-    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_HARMONY || f == TOOL_FORMAT_XML || f < 0 ||
-        n == 0) {
+    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_XML || f < 0 || n == 0) {
         return strata_err_set(err, STRATA_EINVAL, "no call syntax to force for this model");
     }
     const call_syntax *sx = &k_syntax[f];
+    bool harmony = f == TOOL_FORMAT_HARMONY;
+    if (harmony) parallel = false;
     sbuf b = {0};
     int rc = sbuf_append(&b, "root ::= ", 9);
+    if (rc == 0 && harmony) rc = sbuf_append(&b, "analysis? ", 10);
     if (rc == 0) rc = append_lit(&b, sx->open);
     if (rc == 0) rc = sbuf_printf(&b, " call");
     if (rc == 0 && parallel) {
@@ -573,7 +583,9 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
     }
     if (rc == 0) rc = sbuf_append(&b, " ", 1);
     if (rc == 0) rc = append_lit(&b, sx->close);
-    if (rc == 0) rc = sbuf_append(&b, "\ncall ::=", 9);
+    if (rc == 0) rc = sbuf_append(&b, "\n", 1);
+    if (rc == 0 && harmony) rc = sbuf_append(&b, HARMONY_ANALYSIS, strlen(HARMONY_ANALYSIS));
+    if (rc == 0) rc = sbuf_append(&b, "call ::=", 8);
     for (size_t i = 0; i < n && rc == 0; i++) rc = sbuf_printf(&b, "%s tool%zu", i ? " |" : "", i);
     if (rc == 0) rc = sbuf_append(&b, "\n", 1);
     for (size_t i = 0; i < n && rc == 0; i++) {

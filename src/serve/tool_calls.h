@@ -20,8 +20,9 @@
  *             <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (R1, V3, V3.1)
  *   HARMONY   gpt-oss: a message <|channel|>commentary to=functions.N
  *             ... <|message|>{...}; its calls come from the reasoning
- *             split (reasoning.h), so tool_calls_parse finds none here and
- *             tool_calls_grammar cannot force one
+ *             split (reasoning.h), so tool_calls_parse finds none here;
+ *             forced as one call (the format's one call a turn), after an
+ *             optional analysis message
  *   XML       <tool_call><function=N><parameter=K>V</parameter>...
  *             </function></tool_call>, repeated (Qwen3-Coder, Qwen 3.5,
  *             Nemotron 3, Step 3.5): V is the value's text (one newline on
@@ -46,7 +47,7 @@ typedef enum tool_format {
     TOOL_FORMAT_LLAMA3,
     TOOL_FORMAT_MISTRAL,
     TOOL_FORMAT_DEEPSEEK,
-    TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h); not forced */
+    TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h) */
     TOOL_FORMAT_XML,     /* parsed; not forced */
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;

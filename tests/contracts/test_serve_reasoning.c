@@ -2,8 +2,8 @@
  * template gets, `reasoning_format`, `chat_template_kwargs` reaching the
  * template (DeepSeek-R1's enable_thinking leaves the prompt inside
  * <think>), `reasoning_effort` for templates that read it and refused by
- * name for the others, no split under a grammar, harmony calls that cannot
- * be forced; then a real `strata serve` over the fake engine with scripted
+ * name for the others, no split under a grammar (but harmony's, whose
+ * forced call comes with its analysis); then a real `strata serve` over the fake engine with scripted
  * output and real templates (Qwen3's, gpt-oss's, Qwen 3.5's): the reasoning is
  * `message.reasoning_content` and the answer `content`, streamed as
  * reasoning_content deltas then content deltas that concatenate to the same
@@ -153,10 +153,12 @@ static void test_parse(void **state)
     assert_int_equal(g.tool_fmt, TOOL_FORMAT_HARMONY);
     assert_int_equal(g.reasoning, REASONING_HARMONY);
     api_gen_free(&g);
-    assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), -1);
-    assert_int_equal(e.status, 400);
-    assert_non_null(strstr(e.message, "`tool_choice`"));
-    assert_non_null(strstr(e.message, "harmony"));
+    /* forced: the grammar of one harmony call, and the reply still split */
+    assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), 0);
+    assert_non_null(g.grammar);
+    assert_non_null(strstr(g.grammar, "to=functions.w"));
+    assert_int_equal(g.reasoning, REASONING_HARMONY);
+    api_gen_free(&g);
     free(qwen);
     free(r1);
     free(oss);
@@ -286,6 +288,9 @@ static const rcase k_harmony[] = {
     {AN "Need w.<|end|><|start|>assistant<|channel|>commentary to=functions.w "
         "<|constrain|>json<|message|>{\"c\": 1}",
      "," TOOLS, "Need w.", NULL, "w", "{\"c\":1}"},
+    /* forced: what the grammar allows (the fake engine does not apply it) */
+    {AN "x<|end|><|start|>assistant<|channel|>commentary to=functions.w <|constrain|>json<|message|>{\"c\": 2}",
+     "," TOOLS ",\"tool_choice\":\"required\"", "x", NULL, "w", "{\"c\":2}"},
     {AN "a<|end|><|start|>assistant<|channel|>final<|message|>b", ",\"reasoning_format\":\"none\"", NULL,
      AN "a<|end|><|start|>assistant<|channel|>final<|message|>b", NULL, NULL},
 };

@@ -14,6 +14,7 @@
 
 #include "testdata.h"
 #include "sample/grammar.h"
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
 #include <stdio.h>
@@ -287,9 +288,28 @@ static void test_grammar_forces_a_declared_call(void **state)
     assert_non_null(strstr(err.msg, "`calc`"));
     assert_non_null(strstr(err.msg, "multipleOf"));
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_UNSUPPORTED, tools, 2, true, &g, &err), STRATA_EINVAL);
-    /* harmony's calls are parsed (reasoning.h), never forced */
-    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_HARMONY, tools, 2, true, &g, &err), STRATA_EINVAL);
+    /* XML calls are parsed, never forced */
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tools, 2, true, &g, &err), STRATA_EINVAL);
+    /* harmony: one call, after an optional analysis message; what the
+     * grammar forces, the reasoning split (reasoning.h) takes as the call */
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_HARMONY, tools, 2, true, &g, &err), 0);
+    const char *h_call = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}";
+    const char *h_both = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+                         "<|channel|>commentary to=functions.ping <|constrain|>json<|message|>{}";
+    assert_true(accepts(g, h_call));
+    assert_true(accepts(g, h_both));
+    assert_false(accepts(g, "<|channel|>commentary to=functions.pong <|constrain|>json<|message|>{}"));
+    assert_false(accepts(g, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}"));
+    assert_false(accepts(g, "<|channel|>final<|message|>Hi"));
+    assert_false(accepts(g, "<|channel|>analysis<|message|>a<b<|end|><|start|>assistant<|channel|>commentary "
+                            "to=functions.ping <|constrain|>json<|message|>{}"));
+    reasoning_parts rp;
+    assert_int_equal(reasoning_split(REASONING_HARMONY, false, h_both, strlen(h_both), true, &rp), 0);
+    assert_int_equal(rp.n_calls, 1);
+    assert_string_equal(rp.calls[0].name, "ping");
+    assert_string_equal(rp.reasoning, "Need the weather.");
+    reasoning_parts_free(&rp);
+    free(g);
     json_decref(bad);
     json_decref(weather);
 }
