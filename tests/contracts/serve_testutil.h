@@ -1,13 +1,15 @@
 /* Helpers shared by the tests that run a real `strata serve` (header-only:
  * each test program is one .c file): the model and vocabulary they use,
  * starting a server on a free port and waiting until it is ready, stopping
- * it (it must exit 0 by itself), and killing one a failed test left
- * behind. Include after <cmocka.h>. */
+ * it (it must exit 0 by itself), killing one a failed test left behind,
+ * scripting the fake engine's output, and posting a chat request. Include
+ * after <cmocka.h>. */
 #ifndef STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
 #define STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
 
 #include "http_client.h"
 #include "testdata.h"
+#include "text/tokenizer.h"
 #include "text/vocab.h"
 
 #include <fcntl.h>
@@ -89,6 +91,41 @@ static inline void st_stop(pid_t pid, const char *log)
     }
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Writes text's token ids (in g_voc) to path, for a fake engine started
+ * with FAKE_ENGINE_SCRIPT=path: the output of its next plain `gen`. */
+static inline void st_script(const char *path, const char *text)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    strata_err err;
+    assert_int_equal(tok_tokenize_alloc(g_voc, text, strlen(text), false, false, &ids, &n, &err), 0);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) fprintf(f, "%d ", ids[i]);
+    fclose(f);
+    free(ids);
+}
+
+/* s without its leading spaces (the SentencePiece vocab's word-start marks
+ * the first token of a scripted text). */
+static inline const char *st_lstrip(const char *s)
+{
+    while (*s == ' ') s++;
+    return s;
+}
+
+/* POSTs body to /v1/chat/completions; the reply must be 200 with JSON. */
+static inline json_t *st_post_chat(int port, const char *body)
+{
+    http_response hr;
+    assert_int_equal(http_do(port, "POST", "/v1/chat/completions", body, NULL, &hr), 0);
+    if (hr.status != 200) fail_msg("%s: %d %s", body, hr.status, hr.body);
+    json_t *j = json_loads(hr.body, 0, NULL);
+    assert_non_null(j);
+    http_response_free(&hr);
+    return j;
 }
 
 /* Group setup and teardown: the model and its vocabulary. */

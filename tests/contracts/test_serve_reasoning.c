@@ -169,25 +169,6 @@ ST_MODEL_TEST(test_parse)
 
 static char g_script[512];
 
-static void script(const char *text)
-{
-    int32_t *ids = NULL;
-    size_t n = 0;
-    strata_err err;
-    assert_int_equal(tok_tokenize_alloc(g_voc, text, strlen(text), false, false, &ids, &n, &err), 0);
-    FILE *f = fopen(g_script, "w");
-    assert_non_null(f);
-    for (size_t i = 0; i < n; i++) fprintf(f, "%d ", ids[i]);
-    fclose(f);
-    free(ids);
-}
-
-static const char *lstrip(const char *s)
-{
-    while (*s == ' ') s++;
-    return s;
-}
-
 typedef struct streamed {
     sbuf reasoning, content;
     int n_reasoning_after_content; /* reasoning deltas after a content delta */
@@ -251,17 +232,6 @@ static void streamed_free(streamed *s)
     sbuf_free(&s->args);
 }
 
-static json_t *post(int port, const char *body)
-{
-    http_response hr;
-    assert_int_equal(http_do(port, "POST", "/v1/chat/completions", body, NULL, &hr), 0);
-    if (hr.status != 200) fail_msg("%s: %d %s", body, hr.status, hr.body);
-    json_t *j = json_loads(hr.body, 0, NULL);
-    assert_non_null(j);
-    http_response_free(&hr);
-    return j;
-}
-
 typedef struct rcase {
     const char *output; /* what the model writes */
     const char *extra;  /* more request members, or "" */
@@ -306,9 +276,9 @@ static const rcase k_qwen35[] = {
 static void check_case(int port, const rcase *rc)
 {
     char body[2048];
-    script(rc->output);
+    st_script(g_script, rc->output);
     snprintf(body, sizeof(body), "{" MSGS "%s,\"max_tokens\":400}", rc->extra);
-    json_t *resp = post(port, body);
+    json_t *resp = st_post_chat(port, body);
     json_t *c = json_array_get(json_object_get(resp, "choices"), 0);
     json_t *m = json_object_get(c, "message");
     json_t *r = json_object_get(m, "reasoning_content");
@@ -323,7 +293,7 @@ static void check_case(int port, const rcase *rc)
         if (!json_is_null(content)) fail_msg("content \"%s\"", json_string_value(content));
     } else {
         assert_true(json_is_string(content));
-        assert_string_equal(lstrip(json_string_value(content)), rc->content);
+        assert_string_equal(st_lstrip(json_string_value(content)), rc->content);
     }
     json_t *tc = json_array_get(json_object_get(m, "tool_calls"), 0);
     if (rc->call == NULL) {
@@ -341,7 +311,7 @@ static void check_case(int port, const rcase *rc)
     streamed st;
     gather(port, body, &st);
     assert_string_equal(st.reasoning.data ? st.reasoning.data : "", rc->reasoning ? rc->reasoning : "");
-    assert_string_equal(lstrip(st.content.data ? st.content.data : ""), rc->content ? rc->content : "");
+    assert_string_equal(st_lstrip(st.content.data ? st.content.data : ""), rc->content ? rc->content : "");
     assert_int_equal(st.n_reasoning_after_content, 0);
     assert_int_equal(st.n_roles, 1);
     assert_string_equal(st.name, rc->call ? rc->call : "");
@@ -376,7 +346,7 @@ static void test_through_the_server(void **state)
         skip();
     }
     snprintf(g_script, sizeof(g_script), "%s/reasoning-script-%d", testdata_scratch_dir(), (int)getpid());
-    script("");
+    st_script(g_script, "");
     int port = start(qwen, false, "qwen", log, sizeof(log));
     for (size_t i = 0; i < sizeof(k_think) / sizeof(k_think[0]); i++) check_case(port, &k_think[i]);
     st_stop(g_live_pid, log);

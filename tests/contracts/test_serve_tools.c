@@ -233,28 +233,6 @@ ST_MODEL_TEST(test_parse_errors)
 
 static char g_script[512];
 
-/* The fake engine's next outputs are text's tokens. */
-static void script(const char *text)
-{
-    int32_t *ids = NULL;
-    size_t n = 0;
-    strata_err err;
-    assert_int_equal(tok_tokenize_alloc(g_voc, text, strlen(text), false, false, &ids, &n, &err), 0);
-    FILE *f = fopen(g_script, "w");
-    assert_non_null(f);
-    for (size_t i = 0; i < n; i++) fprintf(f, "%d ", ids[i]);
-    fclose(f);
-    free(ids);
-}
-
-/* s without its leading spaces (the SentencePiece vocab's word-start marks
- * the first token of a scripted text). */
-static const char *lstrip(const char *s)
-{
-    while (*s == ' ') s++;
-    return s;
-}
-
 /* What a stream carried for choice 0. */
 typedef struct streamed {
     sbuf content;
@@ -331,17 +309,6 @@ static void gather(int port, const char *body, streamed *st)
     http_response_free(&hr);
 }
 
-static json_t *post(int port, const char *body)
-{
-    http_response hr;
-    assert_int_equal(http_do(port, "POST", "/v1/chat/completions", body, NULL, &hr), 0);
-    if (hr.status != 200) fail_msg("%s: %d %s", body, hr.status, hr.body);
-    json_t *j = json_loads(hr.body, 0, NULL);
-    assert_non_null(j);
-    http_response_free(&hr);
-    return j;
-}
-
 static void assert_args(const char *args, const char *want_json)
 {
     json_t *a = json_loads(args, 0, NULL), *w = json_loads(want_json, 0, NULL);
@@ -387,7 +354,7 @@ static void check_message(const out_case *oc, json_t *resp)
         assert_true(json_is_null(content));
     } else {
         assert_true(json_is_string(content));
-        assert_string_equal(lstrip(json_string_value(content)), oc->content);
+        assert_string_equal(st_lstrip(json_string_value(content)), oc->content);
     }
     if (oc->n_calls == 0) {
         assert_null(tcs);
@@ -420,7 +387,7 @@ static void check_stream(const out_case *oc, streamed *st)
     /* no call text in any content delta */
     if (oc->n_calls > 0) assert_null(strstr(st->content.data ? st->content.data : "", "<tool_call>"));
     const char *content = st->content.data ? st->content.data : "";
-    assert_string_equal(lstrip(content), oc->content ? oc->content : "");
+    assert_string_equal(st_lstrip(content), oc->content ? oc->content : "");
     assert_int_equal(st->n_calls, oc->n_calls);
     assert_int_equal(st->first_deltas, oc->n_calls);
     assert_string_equal(st->finish, oc->n_calls ? "tool_calls" : "stop");
@@ -443,7 +410,7 @@ static void test_through_the_server(void **state)
     snprintf(port_file, sizeof(port_file), "%s/tools-port-%d", dir, (int)getpid());
     snprintf(g_script, sizeof(g_script), "%s/tools-script-%d", dir, (int)getpid());
     unlink(elog);
-    script("");
+    st_script(g_script, "");
     setenv("FAKE_ENGINE_LOG", elog, 1);
     setenv("FAKE_ENGINE_SCRIPT", g_script, 1);
     const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--engine", st_fake_engine_path(),
@@ -455,9 +422,9 @@ static void test_through_the_server(void **state)
     char body[4096];
     for (size_t i = 0; i < sizeof(k_out) / sizeof(k_out[0]); i++) {
         const out_case *oc = &k_out[i];
-        script(oc->output);
+        st_script(g_script, oc->output);
         snprintf(body, sizeof(body), "{" MSGS "," TOOLS "%s,\"max_tokens\":400}", oc->choice);
-        json_t *resp = post(port, body);
+        json_t *resp = st_post_chat(port, body);
         check_message(oc, resp);
         json_decref(resp);
         snprintf(body, sizeof(body), "{" MSGS "," TOOLS "%s,\"max_tokens\":400,\"stream\":true,"
@@ -468,8 +435,8 @@ static void test_through_the_server(void **state)
         streamed_free(&st);
     }
     /* n choices: each its own calls, every id distinct */
-    script(CALL("ping", "{}"));
-    json_t *resp = post(port, "{" MSGS "," TOOLS ",\"n\":3,\"max_tokens\":400}");
+    st_script(g_script, CALL("ping", "{}"));
+    json_t *resp = st_post_chat(port, "{" MSGS "," TOOLS ",\"n\":3,\"max_tokens\":400}");
     json_t *chs = json_object_get(resp, "choices");
     assert_int_equal(json_array_size(chs), 3);
     const char *ids[3];
@@ -483,15 +450,15 @@ static void test_through_the_server(void **state)
     }
     json_decref(resp);
     /* a call cut by max_tokens is content, with finish_reason length */
-    script(CALL("get_weather", "{\"city\": \"Paris\"}"));
-    resp = post(port, "{" MSGS "," TOOLS ",\"max_tokens\":5}");
+    st_script(g_script, CALL("get_weather", "{\"city\": \"Paris\"}"));
+    resp = st_post_chat(port, "{" MSGS "," TOOLS ",\"max_tokens\":5}");
     json_t *c = json_array_get(json_object_get(resp, "choices"), 0);
     assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
     assert_null(json_object_get(json_object_get(c, "message"), "tool_calls"));
     json_decref(resp);
     /* required puts the forcing grammar on the gen line */
-    script(CALL("ping", "{}"));
-    resp = post(port, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":400}");
+    st_script(g_script, CALL("ping", "{}"));
+    resp = st_post_chat(port, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":400}");
     json_decref(resp);
     st_stop(g_live_pid, log);
     FILE *f = fopen(elog, "r");
