@@ -531,7 +531,8 @@ static void choice_parse(gen_run *gr, choice *c, const char *text, size_t n)
     if (!gr->g.tool_calls) return;
     if (gr->g.tool_fmt == TOOL_FORMAT_HARMONY) {
         if (!c->rp_ready) return;
-        c->tp = (tool_parsed){.content = strndup(ct, cn), .n_content = cn, .calls = c->rp.calls,
+        /* (a copy of n bytes: the text may hold a NUL) */
+        c->tp = (tool_parsed){.content = malloc(cn + 1), .n_content = cn, .calls = c->rp.calls,
                               .n_calls = c->rp.n_calls};
         c->rp.calls = NULL;
         c->rp.n_calls = 0;
@@ -539,6 +540,8 @@ static void choice_parse(gen_run *gr, choice *c, const char *text, size_t n)
             tool_parsed_free(&c->tp);
             return;
         }
+        memcpy(c->tp.content, ct, cn);
+        c->tp.content[cn] = '\0';
     } else if (tool_calls_parse_typed(gr->g.tool_fmt, ct, cn, gr->g.tools, &c->tp) != 0) {
         return;
     }
