@@ -709,12 +709,6 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
                         "`%s` syntax, which Strata does not parse (accepted: `tool_choice` \"none\")",
                         family);
     }
-    if (g->tool_fmt == TOOL_FORMAT_XML && strcmp(mode, "required") == 0) {
-        return api_fail(e, 400, "unsupported_parameter",
-                        "unsupported `tool_choice`: this model writes tool calls in the `%s` "
-                        "syntax, whose calls Strata parses but cannot force (accepted: \"auto\", "
-                        "\"none\")", family);
-    }
     g->tools = json_incref(tools); /* the calls' parameter types */
     if (strcmp(mode, "required") != 0) {
         /* auto: free text or a call, parsed; but a reply held to a

@@ -232,7 +232,15 @@ static const char *param_type(const json_t *tools, const char *name, size_t nn, 
         }
         const json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
         const json_t *p = json_object_getn(props, key, nk);
-        return json_string_value(json_object_get(p, "type"));
+        const char *type = json_string_value(json_object_get(p, "type"));
+        /* an enum of strings alone is a string (the forcing grammar writes
+         * its values as text) */
+        const json_t *en = json_object_get(p, "enum");
+        bool strs = type == NULL && json_is_array(en) && json_array_size(en) > 0;
+        size_t k;
+        const json_t *v;
+        json_array_foreach(en, k, v) strs = strs && json_is_string(v);
+        return strs ? "string" : type;
     }
     return NULL;
 }
@@ -551,6 +559,7 @@ static const call_syntax k_syntax[] = {
     [TOOL_FORMAT_MISTRAL] = {MISTRAL_TAG "[", ", ", "]", "{\"name\": \"", "\", \"arguments\": ", "}"},
     [TOOL_FORMAT_DEEPSEEK] = {DS_BEGIN, "\n", DS_END, DS_CALL "function" DS_SEP, "\n```json\n",
                               "\n```" DS_CALL_END},
+    [TOOL_FORMAT_XML] = {"", "\n", "", "", "", ""}, /* calls: xml_tool_rules */
     /* one call a turn (it ends with <|call|>, an end-of-generation token) */
     [TOOL_FORMAT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.",
                              " <|constrain|>json<|message|>", ""},
@@ -561,11 +570,117 @@ static const call_syntax k_syntax[] = {
 #define HARMONY_ANALYSIS \
     "analysis ::= \"<|channel|>analysis<|message|>\" [^<]* \"<|end|><|start|>assistant\"\n"
 
+/* The XML syntax's shared rules: a string value's text, and a parameter of
+ * a tool whose schema names none. */
+#define XML_RULES                                                                              \
+    "xml-text ::= [^<]*\n"                                                                     \
+    "xml-any ::= \"<parameter=\" [A-Za-z0-9_-]+ \">\\n\" xml-text \"\\n</parameter>\\n\"\n"
+
+/* Compiles schema (one parameter's) into b as rules prefixed pre ("t0-p1-"),
+ * the value's rule being pre + "root". */
+static int append_schema(sbuf *b, const json_t *schema, const char *pre, const char *tool,
+                         strata_err *err)
+{
+    char *g = NULL;
+    strata_err e2 = {0};
+    int r2 = schema != NULL ? json_schema_to_gbnf(schema, &g, &e2)
+                            : ((g = json_schema_any_object_gbnf()) ? 0 : STRATA_ENOMEM);
+    if (r2 == STRATA_ENOMEM) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    if (r2 != 0) return strata_err_set(err, STRATA_EINVAL, "tool `%s` parameters: %s", tool, e2.msg);
+    int rc = append_renamed(b, g, pre);
+    if (rc == 0 && b->len > 0 && b->data[b->len - 1] != '\n') rc = sbuf_append(b, "\n", 1);
+    free(g);
+    return rc != 0 ? strata_err_set(err, STRATA_ENOMEM, "out of memory") : 0;
+}
+
+/* The XML syntax's call of tool i: <tool_call>\n<function=N>\n, then each
+ * property of its `parameters` in their order (the required ones always,
+ * the others optional) as <parameter=K>\nV\n</parameter>\n, where V is the
+ * text of a string (without '<', within its minLength and maxLength), one
+ * of a string enum's values, or else
+ * the JSON its schema allows; then </function>\n</tool_call>. Without
+ * properties, any parameters with text values. */
+static int xml_tool_rules(sbuf *b, size_t i, const tool_decl *t, strata_err *err)
+{
+    const json_t *props = json_object_get(t->parameters, "properties");
+    const json_t *req = json_object_get(t->parameters, "required");
+    sbuf head = {0};
+    int rc = sbuf_printf(&head, HERMES_OPEN "\n<function=%s>\n", t->name);
+    if (rc == 0) rc = sbuf_printf(b, "tool%zu ::= ", i);
+    if (rc == 0) rc = append_lit(b, head.data);
+    sbuf_free(&head);
+    if (rc == 0 && !json_is_object(props)) rc = sbuf_printf(b, " xml-any*");
+    const char *key;
+    const json_t *ps;
+    size_t j = 0;
+    if (json_is_object(props)) {
+        json_object_foreach((json_t *)props, key, ps) {
+            bool required = false;
+            size_t k;
+            const json_t *r;
+            json_array_foreach(req, k, r) required = required || (json_is_string(r) && !strcmp(json_string_value(r), key));
+            if (rc == 0) rc = sbuf_printf(b, " t%zu-p%zu%s", i, j, required ? "" : "?");
+            j++;
+        }
+    }
+    if (rc == 0) rc = sbuf_append(b, " ", 1);
+    if (rc == 0) rc = append_lit(b, "</function>\n" HERMES_CLOSE);
+    if (rc == 0) rc = sbuf_append(b, "\n", 1);
+    if (rc != 0) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+    j = 0;
+    if (!json_is_object(props)) return 0;
+    json_object_foreach((json_t *)props, key, ps) {
+        char pre[48], open[160];
+        snprintf(pre, sizeof(pre), "t%zu-p%zu-", i, j);
+        if (strlen(key) > 64 || strpbrk(key, "<>\n") != NULL) {
+            return strata_err_set(err, STRATA_EINVAL, "tool `%s`: parameter name \"%.64s\" cannot be written as XML", t->name, key);
+        }
+        snprintf(open, sizeof(open), "<parameter=%s>\n", key);
+        rc = sbuf_printf(b, "t%zu-p%zu ::= ", i, j);
+        if (rc == 0) rc = append_lit(b, open);
+        const json_t *type = json_object_get(ps, "type"), *en = json_object_get(ps, "enum");
+        bool str = json_is_string(type) && !strcmp(json_string_value(type), "string");
+        bool str_enum = json_is_array(en) && json_array_size(en) > 0;
+        size_t k;
+        const json_t *v;
+        json_array_foreach(en, k, v) str_enum = str_enum && json_is_string(v) && strchr(json_string_value(v), '<') == NULL;
+        if (rc == 0 && str_enum) {
+            rc = sbuf_append(b, " (", 2);
+            json_array_foreach(en, k, v) {
+                if (rc == 0 && k > 0) rc = sbuf_append(b, " | ", 3);
+                if (rc == 0) rc = append_lit(b, json_string_value(v));
+            }
+            if (rc == 0) rc = sbuf_append(b, ")", 1);
+        } else if (rc == 0 && str) {
+            /* its length bounds, when given, as a bounded repetition */
+            const json_t *lo = json_object_get(ps, "minLength"), *hi = json_object_get(ps, "maxLength");
+            json_int_t l = json_is_integer(lo) ? json_integer_value(lo) : 0;
+            json_int_t h = json_is_integer(hi) ? json_integer_value(hi) : -1;
+            if (l < 0 || l > JSON_SCHEMA_MAX_COUNT || h > JSON_SCHEMA_MAX_COUNT || (h >= 0 && h < l)) {
+                return strata_err_set(err, STRATA_EINVAL, "tool `%s`: parameter \"%s\": bad minLength/maxLength",
+                                      t->name, key);
+            }
+            if (h >= 0) rc = sbuf_printf(b, " [^<]{%lld,%lld}", (long long)l, (long long)h);
+            else if (l > 0) rc = sbuf_printf(b, " [^<]{%lld,}", (long long)l);
+            else rc = sbuf_append(b, " xml-text", 9);
+        } else if (rc == 0) {
+            rc = sbuf_printf(b, " %sroot", pre);
+        }
+        if (rc == 0) rc = sbuf_append(b, " ", 1);
+        if (rc == 0) rc = append_lit(b, "\n</parameter>\n");
+        if (rc == 0) rc = sbuf_append(b, "\n", 1);
+        if (rc != 0) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+        if (!str_enum && !str && (rc = append_schema(b, ps, pre, t->name, err)) != 0) return rc;
+        j++;
+    }
+    return 0;
+}
+
 int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool parallel, char **out,
                        strata_err *err)
 {
     *out = NULL;
-    if (f == TOOL_FORMAT_UNSUPPORTED || f == TOOL_FORMAT_XML || f < 0 || n == 0) {
+    if (f == TOOL_FORMAT_UNSUPPORTED || f < 0 || n == 0) {
         return strata_err_set(err, STRATA_EINVAL, "no call syntax to force for this model");
     }
     const call_syntax *sx = &k_syntax[f];
@@ -585,6 +700,9 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
     if (rc == 0) rc = append_lit(&b, sx->close);
     if (rc == 0) rc = sbuf_append(&b, "\n", 1);
     if (rc == 0 && harmony) rc = sbuf_append(&b, HARMONY_ANALYSIS, strlen(HARMONY_ANALYSIS));
+    if (rc == 0 && f == TOOL_FORMAT_XML) {
+        rc = sbuf_append(&b, XML_RULES, strlen(XML_RULES));
+    }
     if (rc == 0) rc = sbuf_append(&b, "call ::=", 8);
     for (size_t i = 0; i < n && rc == 0; i++) rc = sbuf_printf(&b, "%s tool%zu", i ? " |" : "", i);
     if (rc == 0) rc = sbuf_append(&b, "\n", 1);
@@ -592,6 +710,19 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
         if (!name_ok(tools[i].name, strlen(tools[i].name))) {
             sbuf_free(&b);
             return strata_err_set(err, STRATA_EINVAL, "tool %zu: bad function name", i);
+        }
+        if (f == TOOL_FORMAT_XML) {
+            int rx = xml_tool_rules(&b, i, &tools[i], err);
+            if (rx != 0) {
+                sbuf_free(&b);
+                return rx;
+            }
+            if (b.len > JSON_SCHEMA_MAX_GBNF * 4) {
+                sbuf_free(&b);
+                return strata_err_set(err, STRATA_EINVAL, "the tools' grammar is over %d bytes",
+                                      JSON_SCHEMA_MAX_GBNF * 4);
+            }
+            continue;
         }
         char *g = NULL;
         strata_err e2 = {0};

@@ -28,7 +28,8 @@
  *             Nemotron 3, Step 3.5): V is the value's text (one newline on
  *             each side dropped), a string where the tool's schema says
  *             "string" (or the text is not JSON), else the JSON it holds;
- *             not forced
+ *             forced with the schema's properties in order (string values
+ *             as text without '<')
  * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
  * name): Seed-OSS's <seed:tool_call>, functionary 3.1's <function=N>{...}
  * ("functionary"), MiniMax's <invoke name=...>, GLM's
@@ -48,7 +49,7 @@ typedef enum tool_format {
     TOOL_FORMAT_MISTRAL,
     TOOL_FORMAT_DEEPSEEK,
     TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h) */
-    TOOL_FORMAT_XML,     /* parsed; not forced */
+    TOOL_FORMAT_XML,
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;
 

@@ -153,6 +153,19 @@ static void test_parse(void **state)
     assert_int_equal(g.tool_fmt, TOOL_FORMAT_HARMONY);
     assert_int_equal(g.reasoning, REASONING_HARMONY);
     api_gen_free(&g);
+    /* Qwen 3.5 (XML calls): forced by a grammar of its syntax */
+    char *q35 = read_template("Qwen3.5-4B");
+    if (q35 != NULL) {
+        env.chat_template = q35;
+        assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), 0);
+        assert_int_equal(g.tool_fmt, TOOL_FORMAT_XML);
+        assert_non_null(g.grammar);
+        assert_non_null(strstr(g.grammar, "<function=w>"));
+        assert_int_equal(g.reasoning, REASONING_NONE);
+        api_gen_free(&g);
+        env.chat_template = oss;
+        free(q35);
+    }
     /* forced: the grammar of one harmony call, and the reply still split */
     assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), 0);
     assert_non_null(g.grammar);
@@ -271,6 +284,9 @@ static const rcase k_qwen35[] = {
     {"Call w.\n</think>\n\n<tool_call>\n<function=w>\n<parameter=c>\n1\n</parameter>\n"
      "<parameter=s>\nOslo\n</parameter>\n</function>\n</tool_call>",
      "," TOOLS, "Call w.", NULL, "w", "{\"c\":1,\"s\":\"Oslo\"}"},
+    /* forced (the grammar is the engine's; the fake one writes the script) */
+    {"<tool_call>\n<function=w>\n</function>\n</tool_call>", "," TOOLS ",\"tool_choice\":\"required\"",
+     NULL, NULL, "w", "{}"},
 };
 
 static void check_case(int port, const rcase *rc)
@@ -357,13 +373,6 @@ static void test_through_the_server(void **state)
     if (template_path(q35, sizeof(q35), "Qwen3.5-4B")) {
         port = start(q35, false, "q35", log, sizeof(log));
         for (size_t i = 0; i < sizeof(k_qwen35) / sizeof(k_qwen35[0]); i++) check_case(port, &k_qwen35[i]);
-        /* its calls are parsed, not forced */
-        http_response hr;
-        assert_int_equal(http_do(port, "POST", "/v1/chat/completions",
-                                 "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", NULL, &hr), 0);
-        assert_int_equal(hr.status, 400);
-        assert_non_null(strstr(hr.body, "qwen3-xml"));
-        http_response_free(&hr);
         st_stop(g_live_pid, log);
     }
     /* --reasoning-format none: whole, unless a request asks */

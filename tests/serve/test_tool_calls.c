@@ -198,14 +198,16 @@ static void test_every_split_point(void **state)
     }
     /* the tools' schemas type XML values: a string stays a string */
     json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
-                               "\"properties\":{\"zip\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]", 0, NULL);
+                               "\"properties\":{\"zip\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"},"
+                               "\"lvl\":{\"enum\":[\"1\",\"2\"]}}}}}]", 0, NULL);
     assert_non_null(tools);
     const char *xml = "<tool_call>\n<function=f>\n<parameter=zip>\n0501\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
-                      "<parameter=flag>\ntrue\n</parameter>\n<parameter=s>\nplain\n</parameter>\n</function>\n</tool_call>";
+                      "<parameter=flag>\ntrue\n</parameter>\n<parameter=s>\nplain\n</parameter>\n"
+                      "<parameter=lvl>\n2\n</parameter>\n</function>\n</tool_call>";
     tool_parsed tp;
     assert_int_equal(tool_calls_parse_typed(TOOL_FORMAT_XML, xml, strlen(xml), tools, &tp), 0);
     assert_int_equal(tp.n_calls, 1);
-    assert_string_equal(tp.calls[0].arguments, "{\"zip\":\"0501\",\"n\":7,\"flag\":true,\"s\":\"plain\"}");
+    assert_string_equal(tp.calls[0].arguments, "{\"zip\":\"0501\",\"n\":7,\"flag\":true,\"s\":\"plain\",\"lvl\":\"2\"}");
     tool_parsed_free(&tp);
     json_decref(tools);
     /* a tail that may begin a marker is held; one that cannot is not */
@@ -288,8 +290,48 @@ static void test_grammar_forces_a_declared_call(void **state)
     assert_non_null(strstr(err.msg, "`calc`"));
     assert_non_null(strstr(err.msg, "multipleOf"));
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_UNSUPPORTED, tools, 2, true, &g, &err), STRATA_EINVAL);
-    /* XML calls are parsed, never forced */
-    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tools, 2, true, &g, &err), STRATA_EINVAL);
+    /* XML: the schema's properties in order, string values as text; what
+     * the grammar forces, the parser takes with the same types */
+    char *xg1 = NULL, *xgn = NULL;
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tools, 2, false, &xg1, &err), 0);
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tools, 2, true, &xgn, &err), 0);
+    const char *x_one = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+                        "<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>";
+    const char *x_two = "<tool_call>\n<function=ping>\n<parameter=any>\n42\n</parameter>\n</function>\n</tool_call>\n"
+                        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
+    assert_true(accepts(xg1, x_one));
+    assert_true(accepts(xgn, x_one));
+    assert_false(accepts(xg1, x_two));
+    assert_true(accepts(xgn, x_two));
+    /* an unknown function, a missing required parameter, a value outside the enum, the wrong order */
+    assert_false(accepts(xgn, "<tool_call>\n<function=pong>\n</function>\n</tool_call>"));
+    /* a string's maxLength (get_weather's city: none; a bounded one below) */
+    json_t *bounded = json_loads("{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\",\"minLength\":2,"
+                                 "\"maxLength\":4}},\"required\":[\"q\"]}", 0, NULL);
+    tool_decl tb[] = {{"find", bounded}};
+    char *bg = NULL;
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_XML, tb, 1, false, &bg, &err), 0);
+    assert_true(accepts(bg, "<tool_call>\n<function=find>\n<parameter=q>\nabcd\n</parameter>\n</function>\n</tool_call>"));
+    assert_false(accepts(bg, "<tool_call>\n<function=find>\n<parameter=q>\nabcde\n</parameter>\n</function>\n</tool_call>"));
+    assert_false(accepts(bg, "<tool_call>\n<function=find>\n<parameter=q>\na\n</parameter>\n</function>\n</tool_call>"));
+    free(bg);
+    json_decref(bounded);
+    assert_false(accepts(xgn, "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"));
+    assert_false(accepts(xgn, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+                              "<parameter=unit>\nkelvin\n</parameter>\n</function>\n</tool_call>"));
+    assert_false(accepts(xgn, "<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n"
+                              "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"));
+    json_t *decl = json_pack("[{s:s,s:{s:s,s:O}}]", "type", "function", "function", "name", "get_weather",
+                             "parameters", weather);
+    tool_parsed xp;
+    assert_int_equal(tool_calls_parse_typed(TOOL_FORMAT_XML, x_two, strlen(x_two), decl, &xp), 0);
+    assert_int_equal(xp.n_calls, 2);
+    assert_string_equal(xp.calls[0].arguments, "{\"any\":42}");
+    assert_string_equal(xp.calls[1].arguments, "{\"city\":\"Oslo\"}");
+    tool_parsed_free(&xp);
+    json_decref(decl);
+    free(xg1);
+    free(xgn);
     /* harmony: one call, after an optional analysis message; what the
      * grammar forces, the reasoning split (reasoning.h) takes as the call */
     assert_int_equal(tool_calls_grammar(TOOL_FORMAT_HARMONY, tools, 2, true, &g, &err), 0);
