@@ -299,11 +299,7 @@ int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, b
 
 void reasoning_parts_free(reasoning_parts *p)
 {
-    for (size_t i = 0; i < p->n_calls; i++) {
-        free(p->calls[i].name);
-        free(p->calls[i].arguments);
-    }
-    free(p->calls);
+    tool_calls_free(p->calls, p->n_calls);
     free(p->reasoning);
     free(p->content);
     memset(p, 0, sizeof(*p));

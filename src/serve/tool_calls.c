@@ -135,13 +135,18 @@ typedef struct calls {
     bool oom;
 } calls;
 
+void tool_calls_free(tool_call *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].name);
+        free(v[i].arguments);
+    }
+    free(v);
+}
+
 static void calls_free(calls *cs)
 {
-    for (size_t i = 0; i < cs->n; i++) {
-        free(cs->v[i].name);
-        free(cs->v[i].arguments);
-    }
-    free(cs->v);
+    tool_calls_free(cs->v, cs->n);
     memset(cs, 0, sizeof(*cs));
 }
 
@@ -459,11 +464,7 @@ int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json
 
 void tool_parsed_free(tool_parsed *p)
 {
-    for (size_t i = 0; i < p->n_calls; i++) {
-        free(p->calls[i].name);
-        free(p->calls[i].arguments);
-    }
-    free(p->calls);
+    tool_calls_free(p->calls, p->n_calls);
     free(p->content);
     memset(p, 0, sizeof(*p));
 }

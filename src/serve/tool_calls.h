@@ -79,6 +79,8 @@ typedef struct tool_parsed {
  * the whole text: model output never fails the request. 0, or -1 when
  * memory ran out. Free with tool_parsed_free. */
 int tool_calls_parse(tool_format f, const char *text, size_t n, tool_parsed *out);
+/* Frees n calls (their names and arguments) and the array v. */
+void tool_calls_free(tool_call *v, size_t n);
 /* As tool_calls_parse, with the request's `tools` (OpenAI's array, or
  * NULL), whose parameter schemas type the XML syntax's values. */
 int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json_t *tools,
