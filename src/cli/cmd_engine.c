@@ -2,7 +2,7 @@
  * [--kv-max N | --kv-max-mib M] [--kv-init N] [--kv-step N] [--kv-hold-ms MS]
  * [--kv-resident N] [--prefix-cache-mib M] [--prefix-min-tokens T]
  * [--draft-ngram | --draft-model FILE] [--draft-max N] [--draft-min N]
- * [--draft-p-min P]`:
+ * [--draft-p-min P] [--draft-gate on|off]`:
  * the engine process. It speaks the engine protocol (src/engine/
  * protocol.h) on stdin and stdout and logs on stderr; `strata serve` starts
  * it, and a person can drive it by hand:
@@ -38,7 +38,7 @@ static void engine_usage(FILE *f)
             "                     [--kv-hold-ms MS] [--kv-resident N]\n"
             "                     [--prefix-cache-mib M] [--prefix-min-tokens T]\n"
             "                     [--draft-ngram | --draft-model FILE] [--draft-max N]\n"
-            "                     [--draft-min N] [--draft-p-min P]\n\n"
+            "                     [--draft-min N] [--draft-p-min P] [--draft-gate on|off]\n\n"
             "Serves the engine protocol (newline-delimited JSON) on stdin/stdout; logs go to\n"
             "stderr (STRATA_LOG=debug for one line per request).\n\n"
             "  -m, --model PATH    the GGUF model\n"
@@ -81,7 +81,12 @@ static void engine_usage(FILE *f)
             "  --draft-min N       fewer proposed tokens are not drafted (default 1)\n"
             "  --draft-p-min P     a drafted token's least draft probability: the share of\n"
             "                      the suffix's earlier occurrences it followed (n-gram), or\n"
-            "                      the draft model's softmax probability (default 0.5)\n\n"
+            "                      the draft model's softmax probability (default 0.5)\n"
+            "  --draft-gate on|off the cost gate (default on): the engine times its steps and\n"
+            "                      the draft's, and a sequence drafts only as many tokens as\n"
+            "                      its acceptance makes worth their cost (none where a step\n"
+            "                      is bound by arithmetic and drafts are often rejected);\n"
+            "                      off: every step drafts what the source proposes\n\n"
             "STRATA_TEST_HANG_AT_STEP=N (tests only) makes the scheduler hang for good at\n"
             "the start of step N while pings are still answered (src/engine/protocol.h).\n",
             ENGINE_DEFAULT_SLOTS, ENGINE_DEFAULT_CTX, ENGINE_DEFAULT_KV_MIB, ENGINE_DEFAULT_KV_STEP,
@@ -116,6 +121,7 @@ int cmd_engine(int argc, char **argv)
     long long draft_max = 0, draft_min = 0; /* 0: the engine's defaults */
     double draft_p_min = 0.0;
     bool p_min_set = false;
+    bool draft_gate = true;
     for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -167,6 +173,12 @@ int cmd_engine(int argc, char **argv)
             rc = parse_int(a, v, 1, 16, &draft_max);
         } else if (strcmp(a, "--draft-min") == 0) {
             rc = parse_int(a, v, 1, 16, &draft_min);
+        } else if (strcmp(a, "--draft-gate") == 0) {
+            draft_gate = strcmp(v, "on") == 0;
+            if (!draft_gate && strcmp(v, "off") != 0) {
+                fprintf(stderr, "strata engine: --draft-gate wants on or off, not '%s'\n", v);
+                rc = -1;
+            }
         } else if (strcmp(a, "--draft-p-min") == 0) {
             char *end;
             errno = 0;
@@ -240,6 +252,7 @@ int cmd_engine(int argc, char **argv)
                            .draft_ngram = draft_ngram, .draft_model = dm,
                            .draft_max = (int)draft_max,
                            .draft_min = (int)draft_min,
+                           .draft_gate = draft_gate,
                            /* 0 asks for no threshold: the engine's "none" is < 0 */
                            .draft_p_min = draft_p_min == 0.0 && p_min_set
                                               ? -1.0f : (float)draft_p_min};
@@ -259,9 +272,9 @@ int cmd_engine(int argc, char **argv)
                  (double)ready.u.ready.kv_cache_bytes / (1024.0 * 1024.0));
         if (ready.u.ready.draft_source != NULL) {
             LOG_INFO("engine: speculative decoding: %s drafts, %" PRId64 " to %" PRId64
-                     " tokens per step, draft p-min %.2f",
+                     " tokens per step, draft p-min %.2f, cost gate %s",
                      ready.u.ready.draft_source, ready.u.ready.draft_min, ready.u.ready.draft_max,
-                     ready.u.ready.draft_p_min);
+                     ready.u.ready.draft_p_min, draft_gate ? "on" : "off");
         }
         if (dm != NULL) {
             LOG_INFO("engine: draft model %s (%s, %" PRId64 " layers, %" PRId64 " wide)",

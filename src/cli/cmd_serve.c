@@ -48,6 +48,8 @@ static void serve_usage(FILE *f)
             "  --draft-ngram          speculative decoding with n-gram drafts in the engines;\n"
             "  --draft-model F        or with the draft model F (same vocabulary) in each engine;\n"
             "  --draft-max N, --draft-min N, --draft-p-min P  its limits (default 4, 1, 0.5);\n"
+            "  --draft-gate on|off    drafts only where the engine's step times say they pay\n"
+            "                         (default on; see `strata engine --help`);\n"
             "                         requests opt out with `speculative: false`\n"
             "  --host A, --port P     where to listen (default 127.0.0.1:8080; port 0: any)\n"
             "  --api-key KEY          require `Authorization: Bearer KEY` (all but /health)\n"
@@ -157,6 +159,7 @@ int cmd_serve(int argc, char **argv)
     int unused;
     const char *pool_vals[N_POOL_OPTS] = {0};
     const char *draft_max = NULL, *draft_min = NULL, *draft_p_min = NULL, *draft_model = NULL;
+    const char *draft_gate = NULL;
     bool draft_ngram = false;
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
@@ -225,6 +228,9 @@ int cmd_serve(int argc, char **argv)
         } else if (strcmp(a, "--draft-min") == 0) {
             bad = parse_int(v, 1, 16, &unused);
             draft_min = v;
+        } else if (strcmp(a, "--draft-gate") == 0) {
+            bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
+            draft_gate = v;
         } else if (strcmp(a, "--draft-p-min") == 0) {
             char *end;
             errno = 0;
@@ -367,10 +373,11 @@ int cmd_serve(int argc, char **argv)
         args[na++] = pool_vals[k];
     }
     if (draft_ngram) args[na++] = "--draft-ngram";
-    const char *const draft_opts[4][2] = {{"--draft-max", draft_max}, {"--draft-min", draft_min},
+    const char *const draft_opts[5][2] = {{"--draft-max", draft_max}, {"--draft-min", draft_min},
                                           {"--draft-p-min", draft_p_min},
-                                          {"--draft-model", draft_model}};
-    for (int k = 0; k < 4; k++) {
+                                          {"--draft-model", draft_model},
+                                          {"--draft-gate", draft_gate}};
+    for (int k = 0; k < 5; k++) {
         if (draft_opts[k][1] == NULL) continue;
         args[na++] = draft_opts[k][0];
         args[na++] = draft_opts[k][1];

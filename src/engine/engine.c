@@ -78,6 +78,7 @@ typedef struct engine_req {
                                  accepted tokens (the rest are cut before publishing); -1 */
     int64_t n_drafted, n_draft_accepted;
     spec_throttle thr;        /* spec.h "Throttle" */
+    spec_accept acc_est;      /* spec.h "Cost gate": its acceptance counts */
     /* the draft model's sequence (slot `slot` of its KV), when it drafts */
     int64_t d_len;            /* its positions that hold the sequence's tokens (hist) */
     int d_fed;                /* this step's drafts fed to it after d_len */
@@ -135,6 +136,11 @@ struct engine {
     bool draft_ngram;         /* speculative decoding's source (engine.h) */
     int draft_max, draft_min;
     float draft_p_min;
+    bool draft_gate;          /* spec.h "Cost gate" on */
+    spec_cost cost;           /* its step and draft times, acceptance prior */
+    double (*test_step_ms)(int64_t, bool); /* engine_params */
+    /* this step's plan, for the gate: tokens so far and tokens it sends */
+    int64_t plan_n0, plan_out;
     /* the draft model (engine.h "Draft model"), NULL without one */
     const model *dm;
     model_ctx *dctx;
@@ -380,6 +386,8 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
                               "give one");
     }
     e->draft_ngram = p->draft_ngram;
+    e->draft_gate = p->draft_gate;
+    e->test_step_ms = p->test_step_ms;
     e->draft_max = p->draft_max > 0 ? p->draft_max : SPEC_DEFAULT_DRAFT_MAX;
     e->draft_min = p->draft_min > 0 ? p->draft_min : 1;
     e->draft_p_min = p->draft_p_min == 0.0f ? SPEC_DEFAULT_P_MIN
@@ -1170,6 +1178,28 @@ static int64_t spec_cap(const engine *e, const engine_req *r, int64_t tok_left)
     return cap;
 }
 
+/* The cost gate (spec.h "Cost gate"): the drafts r may propose this step
+ * out of cap (0: none). draft_ms as for spec_cost_pick. */
+static int64_t spec_gate(engine *e, engine_req *r, int64_t cap, double draft_ms)
+{
+    if (!e->draft_gate) return cap;
+    double p = spec_accept_p(&e->cost, &r->acc_est);
+    int k = spec_cost_pick(&e->cost, e->plan_n0, e->plan_out, p, draft_ms, (int)cap,
+                           e->draft_min);
+    if (k == 0) spec_accept_idle(&r->acc_est);
+    if (k < cap) {
+        double t0 = 0.0, tk = 0.0;
+        spec_cost_time(&e->cost, e->plan_n0, e->plan_n0 - cap, e->plan_n0 + cap, &t0);
+        spec_cost_time(&e->cost, e->plan_n0 + cap, e->plan_n0 - cap, e->plan_n0 + cap, &tk);
+        LOG_DEBUG("engine: request %" PRId64 ": cost gate %d of %" PRId64
+                  " drafts (acceptance %.2f; step of %" PRId64 " tokens %.3f ms, of %" PRId64
+                  " %.3f ms; draft %.3f ms)",
+                  r->id, k, cap, p, e->plan_n0, t0, e->plan_n0 + cap, tk,
+                  draft_ms < 0.0 ? e->cost.d_ms : draft_ms);
+    }
+    return k;
+}
+
 /* Appends toks[0, n) at positions pos0.. of r's draft sequence to the
  * draft batch at *n_b, asking for the last one's logits when want. */
 static void draft_add(engine *e, const engine_req *r, const int32_t *toks, int64_t pos0,
@@ -1192,7 +1222,12 @@ static bool draft_forward(engine *e, int64_t n_b)
     model_batch b = {.n_tokens = n_b, .tokens = e->d_tok, .seq_ids = e->d_seq, .pos = e->d_pos,
                      .want_logits = e->d_want};
     strata_err err;
-    if (model_forward(e->dctx, &b, e->d_logits, &err) == 0) return true;
+    const double t0 = strata_clock_ms();
+    if (model_forward(e->dctx, &b, e->d_logits, &err) == 0) {
+        double ms = e->test_step_ms ? e->test_step_ms(n_b, true) : strata_clock_ms() - t0;
+        spec_cost_draft(&e->cost, n_b, ms);
+        return true;
+    }
     LOG_ERROR("engine: the draft model's forward pass of %" PRId64 " tokens failed: %s", n_b,
               err.msg);
     for (int64_t k = 0; k < n_b; k++) {
@@ -1247,6 +1282,8 @@ static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_
         int64_t cap = spec_cap(e, r, tok_left);
         if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
         cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
+        cap = spec_gate(e, r, cap, -1.0);
+        if (cap < e->draft_min) continue;
         int64_t len = r->n_prompt + r->n_gen;
         int64_t lag = len - r->d_len; /* >= 1: the pending token is never in it */
         if (lag <= 0) continue;       /* (so this cannot happen) */
@@ -1260,6 +1297,7 @@ static void draft_model_propose(engine *e, engine_req **ord, int n, int64_t tok_
         if (fit < e->draft_min) continue;
         reserved += extra;
         tok_left -= fit;
+        e->plan_n0 += fit;
         r->d_cap = fit;
         r->d_row = n_act;
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
@@ -1389,7 +1427,17 @@ static void plan_step(engine *e)
         tok_left -= take;
         r->step_n = take;
     }
-    /* drafts, oldest first, from what is left of the budget and the pool */
+    /* drafts, oldest first, from what is left of the budget and the pool;
+     * the gate weighs them against the step's tokens and what it sends */
+    e->plan_n0 = 0;
+    e->plan_out = 0;
+    for (int i = 0; i < n; i++) {
+        const engine_req *r = ord[i];
+        if (r->slot < 0 || r->step_n == 0) continue;
+        e->plan_n0 += r->step_n;
+        e->plan_out += r->state == REQ_DECODE ||
+                       (!r->is_embed && r->max_tokens != 0 && r->n_done + r->step_n == r->n_fill);
+    }
     if (e->dctx != NULL) {
         draft_model_propose(e, ord, n, tok_left, reserved);
         return;
@@ -1401,6 +1449,8 @@ static void plan_step(engine *e)
         int64_t cap = spec_cap(e, r, tok_left);
         if (cap < e->draft_min || spec_throttle_skip(&r->thr)) continue;
         cap = spec_throttle_cap(&r->thr, cap, e->draft_min);
+        cap = spec_gate(e, r, cap, 0.0);
+        if (cap < e->draft_min) continue;
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
         int n_draft = spec_ngram_draft(row, len, r->draft, (int)cap, e->draft_min, e->draft_p_min);
         int64_t extra = 0;
@@ -1409,6 +1459,7 @@ static void plan_step(engine *e)
         if (n_draft < e->draft_min) continue;
         reserved += extra;
         tok_left -= n_draft;
+        e->plan_n0 += n_draft;
         r->step_draft = n_draft;
     }
 }
@@ -1568,6 +1619,7 @@ static void spec_verify(engine *e, engine_req *r, proto_buf *out)
         accepted++;
     }
     spec_throttle_round(&r->thr, accepted > 0);
+    spec_accept_round(&e->cost, &r->acc_est, n_draft, accepted);
     if (e->dkv != NULL) {
         /* the draft sequence was fed the first d_fed drafts after pos0 + 1:
          * it keeps the accepted ones, and gets the rest (the correction or
@@ -1761,6 +1813,7 @@ static int64_t run_step(engine *e, proto_buf *out)
     }
     progress_batch_built(e, n_b);
     if (n_b == 0) return 0;
+    const double t_built = strata_clock_ms(); /* the gate times the rest (spec.h) */
 
     model_batch b = {.n_tokens = n_b, .tokens = e->b_tok, .seq_ids = e->b_seq, .pos = e->b_pos,
                      .want_logits = e->b_want};
@@ -1808,6 +1861,10 @@ static int64_t run_step(engine *e, proto_buf *out)
         else if (r->max_tokens == 0) finish(e, r, PROTO_FINISH_LENGTH, out);
         else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
     }
+    /* decoding steps only: a prompt chunk's step costs more than a decoding
+     * step of as many tokens (new KV blocks, its first touches) */
+    double step_ms = e->test_step_ms ? e->test_step_ms(n_b, false) : strata_clock_ms() - t_built;
+    spec_cost_step(&e->cost, n_pre == 0 ? n_b : 0, step_ms);
     return n_b;
 }
 

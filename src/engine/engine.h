@@ -147,6 +147,16 @@
  * and each failed round halves the next round's drafts (down to one, or
  * draft_min); an accepted draft ends the cycle. The state is the sequence's own
  * and changes only how many tokens a step may send, never which.
+ *   Cost gate (draft_gate, spec.h "Cost gate"). The engine times its
+ * decoding steps by token count and the draft model's forwards, keeps
+ * each sequence's acceptance estimate, and lets a sequence draft only the
+ * number of tokens (none, or draft_min up to its cap after the throttle)
+ * that maximises the step's expected tokens per millisecond. Where the
+ * times are not known yet (or have gone stale) the cap goes through,
+ * which measures them. Like the throttle it changes how many tokens a
+ * step sends, never which; unlike it, it depends on the machine's timing,
+ * so the drafts a request gets are not reproducible run to run (its
+ * tokens are).
  *
  * Progress. Each step publishes what `pong` reports (protocol.h): steps
  * completed, whether one runs, since when and over how many tokens, the
@@ -207,6 +217,13 @@ typedef struct engine_params {
     int draft_min;              /* fewer proposed tokens are not drafted; 0: 1 */
     float draft_p_min;          /* a draft token's least draft probability (spec.h); 0: 0.5;
                                    < 0: none */
+    bool draft_gate;            /* the cost gate (spec.h "Cost gate"): drafts only where the
+                                   measured step times say they pay; false: every step drafts
+                                   what the source and the throttle allow */
+    double (*test_step_ms)(int64_t n_tokens, bool draft); /* TEST ONLY: when set, the
+                             cost gate takes a step's (draft false) or a draft
+                             forward's (true) time of n_tokens from it instead of
+                             the clock; NULL: the clock */
     int64_t hang_at_step; /* TEST ONLY (STRATA_TEST_HANG_AT_STEP, protocol.h): >= 1
                              blocks the scheduler forever at the start of that
                              step; 0: never */

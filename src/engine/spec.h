@@ -61,6 +61,90 @@ int64_t spec_throttle_cap(const spec_throttle *t, int64_t cap, int min_draft);
 /* The outcome of a round: accepted_any false for a failed one. */
 void spec_throttle_round(spec_throttle *t, bool accepted_any);
 
+/* Cost gate (engine.h "Speculative decoding"). Verifying k drafts makes
+ * the step's forward pass one of n + k tokens instead of n, and a draft
+ * model's proposals cost a draft forward per token. Where a step streams
+ * the weights from memory the k extra tokens cost little; where it is
+ * bound by arithmetic (a small model whose weights stay in cache, an F16
+ * model's tiles) or the draft model is nearly as costly as the target,
+ * drafts that are often rejected make decoding slower. The gate measures
+ * both and picks, per sequence and step, the drafts k (none, or draft_min
+ * up to the cap) that maximise the step's expected tokens per
+ * millisecond:
+ *
+ *     (n_out + p + p^2 + ... + p^k) / (T(n0 + k) + k * D)
+ *
+ * n0 being the step's tokens so far, n_out the tokens it sends without
+ * these drafts, T(n) the measured time of a step of n tokens, D that of a
+ * draft forward (0 for n-gram drafts) and p the sequence's acceptance
+ * estimate (draft j is kept with probability p once draft j - 1 was).
+ *
+ * T comes from timing every decoding step (no prompt chunk in it: those
+ * cost more per token) of up to SPEC_COST_NMAX tokens, forward pass and
+ * sampling, the median of the last SPEC_COST_RING times per token count
+ * (a shared machine's stray slow steps do not move it); a count's time is
+ * fresh for SPEC_COST_FRESH steps after it was last measured, and T(n)
+ * is that time where fresh, else the least-squares line through the
+ * fresh ones near n0 (within the cap either side: a prefill chunk's time
+ * says little about a few more tokens in a decoding step). With fewer
+ * than two fresh counts there (at start, or after a long time without
+ * drafts on a lone sequence) nothing is known and the gate lets the whole
+ * cap through, which measures the costs again. p counts
+ * the sequence's own rounds (accepted drafts against rejections, decayed
+ * so that recent rounds weigh most), starting from the engine's average
+ * over all sequences, and drifts back towards that average while the
+ * sequence does not draft, so that a sequence gated off tries again. The
+ * gate changes how many tokens a step sends, never which. */
+#define SPEC_COST_NMAX 64
+#define SPEC_COST_FRESH 1024
+#define SPEC_COST_RING 5
+
+typedef struct spec_cost {
+    double ms[SPEC_COST_NMAX + 1]; /* step time by token count: the median of ring */
+    double ring[SPEC_COST_NMAX + 1][SPEC_COST_RING]; /* the last times */
+    int n_ring[SPEC_COST_NMAX + 1], i_ring[SPEC_COST_NMAX + 1];
+    int64_t at[SPEC_COST_NMAX + 1]; /* the step it was last measured at; 0: never */
+    int64_t steps;                  /* steps timed or counted so far */
+    double d_ms;                    /* a draft forward's time (of at most SPEC_COST_D_NMAX
+                                       tokens), a moving average; 0: not measured */
+    double acc, rej;                /* all sequences' accepted drafts and rejections, decayed */
+} spec_cost;
+
+/* A sequence's acceptance counts (decayed); zeroed: no rounds yet. */
+typedef struct spec_accept {
+    double acc, rej;
+} spec_accept;
+
+/* Draft forwards of more tokens are not timed (they carry prompt chunks). */
+#define SPEC_COST_D_NMAX 8
+
+/* A decoding step of n tokens took ms (forward and sampling); counts a
+ * step (n = 0: a step that is not timed). */
+void spec_cost_step(spec_cost *c, int64_t n, double ms);
+
+/* A draft forward of n tokens took ms. */
+void spec_cost_draft(spec_cost *c, int64_t n, double ms);
+
+/* A round of the sequence: accepted of drafted drafts kept. */
+void spec_accept_round(spec_cost *c, spec_accept *a, int drafted, int accepted);
+
+/* A step in which the sequence could have drafted but did not. */
+void spec_accept_idle(spec_accept *a);
+
+/* The sequence's acceptance estimate, in (0, 1). */
+double spec_accept_p(const spec_cost *c, const spec_accept *a);
+
+/* The estimated time of a step of n tokens into *ms: the count's own
+ * where fresh, else the least-squares line through the fresh counts in
+ * [lo, hi]; false when there are fewer than two. */
+bool spec_cost_time(const spec_cost *c, int64_t n, int64_t lo, int64_t hi, double *ms);
+
+/* The drafts to propose (above): 0 or min_draft..cap; cap itself when the
+ * costs are not known. draft_ms: D, the time of a draft forward (< 0: the
+ * measured one; 0 for a source that costs nothing). */
+int spec_cost_pick(const spec_cost *c, int64_t n0, int64_t n_out, double p, double draft_ms,
+                   int cap, int min_draft);
+
 /* Proposes up to max_draft tokens to follow toks[0, n) into draft[] and
  * returns how many (0 when fewer than min_draft, or nothing matches).
  * max_draft <= SPEC_DRAFT_MAX_LIMIT. */

@@ -670,6 +670,203 @@ static void test_throttle(void **state)
     assert_false(spec_throttle_skip(&t)); /* the failures must be in a row */
 }
 
+/* The cost gate's estimates and choices (spec.h "Cost gate") on made-up
+ * step times: unknown costs let the cap through; a step bound by memory
+ * (drafts nearly free) drafts the cap; one bound by arithmetic (each
+ * token costs a step) drafts nothing, however good the acceptance; a
+ * draft model's cost counts; stray slow steps do not move the times;
+ * stale times are forgotten; the acceptance estimate follows the rounds
+ * and drifts back to the engine's while a sequence does not draft. */
+static void steps_of(spec_cost *c, int64_t n, double ms, int times)
+{
+    for (int i = 0; i < times; i++) spec_cost_step(c, n, ms);
+}
+
+static void test_cost_gate(void **state)
+{
+    (void)state;
+    spec_cost c = {0};
+    double t;
+    /* nothing measured: the cap, and no time */
+    assert_int_equal(spec_cost_pick(&c, 1, 1, 0.9, 0.0, 4, 1), 4);
+    assert_false(spec_cost_time(&c, 1, 1, 5, &t));
+    /* one count measured: still unknown beyond it */
+    steps_of(&c, 1, 10.0, 5);
+    assert_true(spec_cost_time(&c, 1, 1, 5, &t));
+    assert_true(t == 10.0);
+    assert_false(spec_cost_time(&c, 5, 1, 5, &t));
+    assert_int_equal(spec_cost_pick(&c, 1, 1, 0.2, 0.0, 4, 1), 4);
+    /* bound by memory: 5 tokens cost 1.2x one */
+    spec_cost mem = c;
+    steps_of(&mem, 5, 12.0, 5);
+    assert_true(spec_cost_time(&mem, 3, -3, 5, &t)); /* on the line: 11 */
+    assert_true(fabs(t - 11.0) < 1e-9);
+    assert_int_equal(spec_cost_pick(&mem, 1, 1, 0.7, 0.0, 4, 1), 4);
+    assert_int_equal(spec_cost_pick(&mem, 1, 1, 0.1, 0.0, 4, 1), 1); /* +10 % for +5 % */
+    assert_int_equal(spec_cost_pick(&mem, 1, 1, 0.02, 0.0, 4, 1), 0);
+    /* bound by arithmetic: every token costs a step; nothing pays */
+    spec_cost cpu = c;
+    steps_of(&cpu, 2, 20.0, 5);
+    steps_of(&cpu, 5, 50.0, 5);
+    assert_int_equal(spec_cost_pick(&cpu, 1, 1, 0.99, 0.0, 4, 1), 0);
+    /* in between (a step of 5 costs 2x one): good acceptance pays, poor does not */
+    spec_cost mid = c;
+    steps_of(&mid, 5, 20.0, 5);
+    assert_int_equal(spec_cost_pick(&mid, 1, 1, 0.9, 0.0, 4, 1), 4);
+    assert_int_equal(spec_cost_pick(&mid, 1, 1, 0.2, 0.0, 4, 1), 0);
+    /* a draft model's forward per drafted token: a cheap one pays, one
+     * nearly as costly as the target does not; unmeasured: the cap */
+    assert_int_equal(spec_cost_pick(&mem, 1, 1, 0.7, -1.0, 4, 1), 4);
+    spec_cost_draft(&mem, 1, 1.0);
+    assert_int_equal(spec_cost_pick(&mem, 1, 1, 0.8, -1.0, 4, 1), 4);
+    spec_cost_draft(&mem, 40, 1000.0); /* a forward carrying a prompt chunk: not timed */
+    assert_true(mem.d_ms == 1.0);
+    spec_cost dear = mem;
+    for (int i = 0; i < 20; i++) spec_cost_draft(&dear, 1, 8.0);
+    assert_int_equal(spec_cost_pick(&dear, 1, 1, 0.7, -1.0, 4, 1), 0);
+    assert_int_equal(spec_cost_pick(&dear, 1, 1, 0.7, 8.0, 4, 1), 0);
+    /* never fewer than min_draft (but 0) */
+    int k = spec_cost_pick(&mid, 1, 1, 0.6, 0.0, 4, 3);
+    assert_true(k == 0 || k >= 3);
+    /* the median: a stray slow step does not move a count's time */
+    spec_cost noisy = mem;
+    spec_cost_step(&noisy, 5, 500.0);
+    assert_true(spec_cost_time(&noisy, 5, 1, 5, &t));
+    assert_true(t == 12.0);
+    assert_int_equal(spec_cost_pick(&noisy, 1, 1, 0.7, 0.0, 4, 1), 4);
+    /* only counts near the step's count: a far one leaves the estimate unknown */
+    spec_cost far = c;
+    steps_of(&far, 40, 400.0, 5);
+    assert_false(spec_cost_time(&far, 5, -3, 5, &t));
+    assert_int_equal(spec_cost_pick(&far, 1, 1, 0.1, 0.0, 4, 1), 4);
+    /* steps the model cannot time (more than SPEC_COST_NMAX tokens) draft the cap */
+    assert_int_equal(spec_cost_pick(&cpu, SPEC_COST_NMAX - 2, 8, 0.1, 0.0, 4, 1), 4);
+    /* stale times are forgotten: after SPEC_COST_FRESH untimed steps, the
+     * cap again (which measures them anew) */
+    spec_cost stale = cpu;
+    steps_of(&stale, 0, 1.0, SPEC_COST_FRESH);
+    assert_int_equal(spec_cost_pick(&stale, 1, 1, 0.1, 0.0, 4, 1), 4);
+    steps_of(&stale, 1, 10.0, 1);
+    steps_of(&stale, 5, 50.0, 1);
+    assert_int_equal(spec_cost_pick(&stale, 1, 1, 0.1, 0.0, 4, 1), 0);
+
+    /* acceptance: the prior, then the sequence's rounds, then the drift back */
+    spec_cost e = {0};
+    spec_accept a = {0}, b = {0};
+    assert_true(fabs(spec_accept_p(&e, &a) - 0.5) < 1e-12);
+    for (int i = 0; i < 20; i++) spec_accept_round(&e, &a, 4, 4);
+    double hi = spec_accept_p(&e, &a);
+    assert_true(hi > 0.95 && hi < 1.0);
+    /* a new sequence starts from the engine's estimate */
+    assert_true(spec_accept_p(&e, &b) > 0.9);
+    for (int i = 0; i < 20; i++) spec_accept_round(&e, &b, 4, 0);
+    double lo = spec_accept_p(&e, &b);
+    assert_true(lo > 0.0 && lo < 0.2);
+    spec_accept_round(&e, &b, 0, 0); /* proposed nothing: no change */
+    assert_true(spec_accept_p(&e, &b) == lo);
+    for (int i = 0; i < 400; i++) spec_accept_idle(&b);
+    double back = spec_accept_p(&e, &b), prior = spec_accept_p(&e, &(spec_accept){0});
+    assert_true(fabs(back - prior) < 0.02);
+}
+
+/* The gate in the engine, with step times from a model of the machine
+ * instead of the clock (engine_params.test_step_ms), so the outcome is
+ * fixed: on a "memory-bound" machine (a step of 5 tokens costs 1.1x one)
+ * the n-gram drafts of stories260K go through about as without the gate;
+ * on an "arithmetic-bound" one (each token costs as much as a step) they
+ * stop after the few rounds that measure the costs; a draft model that
+ * costs as much as the target drafts little even on the memory-bound one.
+ * The tokens are the reference's throughout. */
+static double mem_ms(int64_t n, bool draft)
+{
+    return draft ? 1.0 : 10.0 + 0.25 * (double)(n - 1);
+}
+
+static double cpu_ms(int64_t n, bool draft)
+{
+    return draft ? 1.0 : 10.0 * (double)n;
+}
+
+static double dear_draft_ms(int64_t n, bool draft)
+{
+    return draft ? 10.0 : 10.0 + 0.25 * (double)(n - 1);
+}
+
+static void test_gate_model_costs(void **state)
+{
+    (void)state;
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 160);
+    engine_params plain = {.n_slots = 1, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    engine_params p = plain;
+    p.draft_ngram = true;
+    et_collect *free_run = run_jobs(g_stories, &p, jobs, n);
+    int64_t d_free = sum_stat(free_run, n, false);
+    p.draft_gate = true;
+    p.test_step_ms = mem_ms;
+    et_collect *mem = run_jobs(g_stories, &p, jobs, n);
+    p.test_step_ms = cpu_ms;
+    et_collect *cpu = run_jobs(g_stories, &p, jobs, n);
+    p.draft_ngram = false;
+    p.draft_model = g_stories;
+    p.test_step_ms = dear_draft_ms;
+    et_collect *dear = run_jobs(g_stories, &p, jobs, n);
+    p.draft_gate = false;
+    et_collect *dear_free = run_jobs(g_stories, &p, jobs, n);
+    int64_t d_mem = sum_stat(mem, n, false), d_cpu = sum_stat(cpu, n, false);
+    int64_t d_dear = sum_stat(dear, n, false), d_dear_free = sum_stat(dear_free, n, false);
+    print_message("n-gram drafts: %lld without the gate, %lld memory-bound, %lld "
+                  "arithmetic-bound; draft model as dear as the target: %lld (%lld without "
+                  "the gate)\n",
+                  (long long)d_free, (long long)d_mem, (long long)d_cpu, (long long)d_dear,
+                  (long long)d_dear_free);
+    assert_same(ref, free_run, n);
+    assert_same(ref, mem, n);
+    assert_same(ref, cpu, n);
+    assert_same(ref, dear, n);
+    assert_true(d_free > 100);
+    assert_true(d_mem * 10 >= d_free * 8);
+    assert_true(d_cpu * 10 <= d_free);
+    assert_true(d_dear_free > 100);
+    assert_true(d_dear * 10 <= d_dear_free);
+    et_collect_free(ref);
+    et_collect_free(free_run);
+    et_collect_free(mem);
+    et_collect_free(cpu);
+    et_collect_free(dear);
+    et_collect_free(dear_free);
+}
+
+/* With the cost gate on, every request still gives its tokens: n-gram
+ * and draft-model sources, batched, across slot counts. (How many drafts
+ * the gate lets through depends on the step times, so only exactness and
+ * the counts' consistency are asserted.) */
+static void test_gate_exact(void **state)
+{
+    (void)state;
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 120);
+    engine_params plain = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    for (int src = 0; src < 2; src++) {
+        for (int slots = 1; slots <= 4; slots += 3) {
+            engine_params p = plain;
+            p.n_slots = slots;
+            p.draft_gate = true;
+            if (src == 0) p.draft_ngram = true;
+            else p.draft_model = g_stories;
+            et_collect *got = run_jobs(g_stories, &p, jobs, n);
+            assert_same(ref, got, n);
+            print_message("gate, %s, %d slots: %lld drafted, %lld accepted\n",
+                          src == 0 ? "ngram" : "model", slots,
+                          (long long)sum_stat(got, n, false), (long long)sum_stat(got, n, true));
+            et_collect_free(got);
+        }
+    }
+    et_collect_free(ref);
+}
+
 /* Vocabularies that differ are refused at start, naming the difference:
  * sizes (stories260K's 512 against llama-2-tiny-random's 32000), and the
  * same size with other token texts (stories260K against the tiny preset's
@@ -814,6 +1011,9 @@ int main(void)
         cmocka_unit_test(test_ready_and_params),
         cmocka_unit_test(test_acceptance_distribution),
         cmocka_unit_test(test_throttle),
+        cmocka_unit_test(test_cost_gate),
+        cmocka_unit_test(test_gate_exact),
+        cmocka_unit_test(test_gate_model_costs),
         cmocka_unit_test(test_model_vocab_refused),
         cmocka_unit_test(test_model_stories_equal),
         cmocka_unit_test(test_model_random_pairs),
