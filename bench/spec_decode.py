@@ -22,6 +22,8 @@
 #       0, the cost of drafts that fail (the throttle's case)
 #       each draft with --draft-max 4 and every --p-min value (default
 #       0.5 and 0)
+#   --gate on|off|both   the engine's cost gate (`--draft-gate`): on (its
+#       default), off, or every drafting row twice, with it and without
 #   --llama-server BIN (or $LLAMA_SERVER)   the pair suite on llama-server
 #       too: without a draft, and with `--model-draft F --draft-max 4
 #       --draft-p-min P` for D (and U; `--spec-draft-n-max 4` where the
@@ -187,7 +189,7 @@ def stories_suite(a):
     rows = []
     for name, jobs in tasks.items():
         ref = None
-        for label, extra in (("none", []), ("ngram", ["--draft-ngram"])):
+        for label, extra in [("none", [])] + gated("ngram", ["--draft-ngram"], a.gate):
             got = best_of(a.repeat, lambda: run_engine(a.strata, a.stories, a.threads, extra, jobs,
                                                        a.timeout))
             if ref is None:
@@ -197,6 +199,13 @@ def stories_suite(a):
             rows.append((name, "strata", label, got))
     table("stories260K, n-gram drafts (%d tokens per request, %d threads)" %
           (a.max_tokens, a.threads), rows)
+
+
+def gated(label, extra, gate):
+    """The drafting configuration as the --gate option asks: (label, argv) pairs."""
+    on = [(label, extra)]
+    off = [(label + ", gate off", extra + ["--draft-gate", "off"])]
+    return {"on": on, "off": off, "both": on + off}[gate]
 
 
 def tokenize(strata, model, text):
@@ -213,10 +222,13 @@ def pair_suite(a):
         if path:
             for p in p_mins:
                 drafts.append(("%s, p-min %g" % (os.path.basename(path), p), path, p))
+    runs = [("none", [])]
+    for label, path, p in drafts[1:]:
+        runs += gated(label, ["--draft-model", path, "--draft-max", "4", "--draft-p-min", str(p)],
+                      a.gate)
     rows = []
     ref = None
-    for label, path, p in drafts:
-        extra = ["--draft-model", path, "--draft-max", "4", "--draft-p-min", str(p)] if path else []
+    for label, extra in runs:
         got = best_of(a.repeat, lambda: run_engine(a.strata, a.target, a.threads, extra, jobs,
                                                    a.timeout))
         if ref is None:
@@ -248,6 +260,8 @@ def main():
                     help="draft-p-min values of the draft-model suite, comma-separated (a "
                          "random-weight model's softmax rarely reaches 0.5: 0 shows its "
                          "acceptance)")
+    ap.add_argument("--gate", choices=("on", "off", "both"), default="on",
+                    help="the engines' cost gate (--draft-gate): on (default), off, or both")
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each task (best is kept)")
