@@ -19,6 +19,8 @@
 #define LLAMA3_TAG "<|python_tag|>"
 #define MISTRAL_TAG "[TOOL_CALLS]"
 #define MISTRAL_ARGS "[ARGS]"
+#define FUNC_OPEN "<function="
+#define FUNC_CLOSE "</function>"
 #define DS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
 #define DS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
 #define DS_CALL "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
@@ -55,7 +57,7 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
         f = TOOL_FORMAT_XML;
     } else if (strstr(tmpl, "<function=") != NULL) {
         fam = "functionary";
-        f = TOOL_FORMAT_UNSUPPORTED;
+        f = TOOL_FORMAT_FUNCTIONARY;
     } else if (strstr(tmpl, MISTRAL_TAG) != NULL) {
         fam = "mistral";
         f = TOOL_FORMAT_MISTRAL;
@@ -309,6 +311,29 @@ static bool parse_xml(cursor *c, calls *cs, const json_t *tools)
     return cs->n > 0;
 }
 
+/* <function=N>{...}</function>, repeated; the last closing tag may be
+ * missing when nothing but blanks follows (a model may end the turn
+ * there). */
+static bool parse_functionary(cursor *c, calls *cs)
+{
+    while (eat(c, FUNC_OPEN)) {
+        size_t n0 = c->p, k = find(c->s + n0, c->n - n0, ">");
+        if (n0 + k >= c->n) return false;
+        c->p = n0 + k + 1;
+        skip_ws(c);
+        json_t *o = take_json(c);
+        bool ok = json_is_object(o) && calls_add(cs, c->s + n0, k, o);
+        json_decref(o);
+        if (!ok) return false;
+        skip_ws(c);
+        if (!eat(c, FUNC_CLOSE) && c->p < c->n) return false;
+        size_t after = c->p;
+        skip_ws(c);
+        if (!at(c, FUNC_OPEN)) c->p = after;
+    }
+    return cs->n > 0;
+}
+
 static bool parse_llama3(cursor *c, calls *cs)
 {
     eat(c, LLAMA3_TAG);
@@ -400,6 +425,7 @@ static size_t calls_start(tool_format f, const char *text, size_t n)
     case TOOL_FORMAT_XML: return find(text, n, HERMES_OPEN);
     case TOOL_FORMAT_MISTRAL: return find(text, n, MISTRAL_TAG);
     case TOOL_FORMAT_DEEPSEEK: return find(text, n, DS_BEGIN);
+    case TOOL_FORMAT_FUNCTIONARY: return find(text, n, FUNC_OPEN);
     case TOOL_FORMAT_LLAMA3: {
         size_t tag = find(text, n, LLAMA3_TAG);
         if (tag < n) return tag;
@@ -431,6 +457,7 @@ int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json
         case TOOL_FORMAT_MISTRAL: ok = parse_mistral(&c, &cs); break;
         case TOOL_FORMAT_DEEPSEEK: ok = parse_deepseek(&c, &cs); break;
         case TOOL_FORMAT_XML: ok = parse_xml(&c, &cs, tools); break;
+        case TOOL_FORMAT_FUNCTIONARY: ok = parse_functionary(&c, &cs); break;
         default: break;
         }
         end = c.p;
@@ -477,6 +504,7 @@ static const char *marker_of(tool_format f)
     case TOOL_FORMAT_LLAMA3: return LLAMA3_TAG;
     case TOOL_FORMAT_MISTRAL: return MISTRAL_TAG;
     case TOOL_FORMAT_DEEPSEEK: return DS_BEGIN;
+    case TOOL_FORMAT_FUNCTIONARY: return FUNC_OPEN;
     default: return NULL;
     }
 }
@@ -561,6 +589,7 @@ static const call_syntax k_syntax[] = {
     [TOOL_FORMAT_DEEPSEEK] = {DS_BEGIN, "\n", DS_END, DS_CALL "function" DS_SEP, "\n```json\n",
                               "\n```" DS_CALL_END},
     [TOOL_FORMAT_XML] = {"", "\n", "", "", "", ""}, /* calls: xml_tool_rules */
+    [TOOL_FORMAT_FUNCTIONARY] = {"", "", "", FUNC_OPEN, ">", FUNC_CLOSE},
     /* one call a turn (it ends with <|call|>, an end-of-generation token) */
     [TOOL_FORMAT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.",
                              " <|constrain|>json<|message|>", ""},

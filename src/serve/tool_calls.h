@@ -30,9 +30,11 @@
  *             "string" (or the text is not JSON), else the JSON it holds;
  *             forced with the schema's properties in order (string values
  *             as text without '<')
+ *   FUNCTIONARY  <function=N>{...}</function>, repeated (functionary
+ *             medium/small v3.1, on Llama 3.1; the closing tag may be
+ *             missing at the very end)
  * Families recognized but not parsed (TOOL_FORMAT_UNSUPPORTED, with their
- * name): Seed-OSS's <seed:tool_call>, functionary 3.1's <function=N>{...}
- * ("functionary"), MiniMax's <invoke name=...>, GLM's
+ * name): Seed-OSS's <seed:tool_call>, MiniMax's <invoke name=...>, GLM's
  * <arg_key>/<arg_value>, Kimi K2's sections. */
 #ifndef STRATA_SERVE_TOOL_CALLS_H
 #define STRATA_SERVE_TOOL_CALLS_H
@@ -50,6 +52,7 @@ typedef enum tool_format {
     TOOL_FORMAT_DEEPSEEK,
     TOOL_FORMAT_HARMONY, /* parsed with the reasoning (reasoning.h) */
     TOOL_FORMAT_XML,
+    TOOL_FORMAT_FUNCTIONARY,
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;
 

@@ -8,7 +8,8 @@
  * `message.reasoning_content` and the answer `content`, streamed as
  * reasoning_content deltas then content deltas that concatenate to the same
  * texts; `reasoning_format: "none"` and `--reasoning-format none` leave the
- * output whole; gpt-oss's and Qwen 3.5's (XML) calls become tool_calls. */
+ * output whole; gpt-oss's and Qwen 3.5's (XML) calls become tool_calls,
+ * and so do functionary v3.1's <function=N>{...}</function> ones. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -289,6 +290,15 @@ static const rcase k_qwen35[] = {
      NULL, NULL, "w", "{}"},
 };
 
+/* functionary v3.1: <function=N>{...}</function> calls */
+static const rcase k_func31[] = {
+    {"Hello.", "", NULL, "Hello.", NULL, NULL},
+    {"<function=w>{\"c\": 1}</function>", "," TOOLS, NULL, NULL, "w", "{\"c\":1}"},
+    {"Checking.<function=w>{\"s\": \"Oslo\"}</function>", "," TOOLS, NULL, "Checking.", "w",
+     "{\"s\":\"Oslo\"}"},
+    {"<function=w>{}</function>", "," TOOLS ",\"tool_choice\":\"required\"", NULL, NULL, "w", "{}"},
+};
+
 static void check_case(int port, const rcase *rc)
 {
     char body[2048];
@@ -373,6 +383,12 @@ static void test_through_the_server(void **state)
     if (template_path(q35, sizeof(q35), "Qwen3.5-4B")) {
         port = start(q35, false, "q35", log, sizeof(log));
         for (size_t i = 0; i < sizeof(k_qwen35) / sizeof(k_qwen35[0]); i++) check_case(port, &k_qwen35[i]);
+        st_stop(g_live_pid, log);
+    }
+    char f31[4096];
+    if (template_path(f31, sizeof(f31), "meetkai-functionary-medium-v3.1")) {
+        port = start(f31, false, "f31", log, sizeof(log));
+        for (size_t i = 0; i < sizeof(k_func31) / sizeof(k_func31[0]); i++) check_case(port, &k_func31[i]);
         st_stop(g_live_pid, log);
     }
     /* --reasoning-format none: whole, unless a request asks */

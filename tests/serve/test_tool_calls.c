@@ -72,11 +72,12 @@ static void test_detect_real_templates(void **state)
         const char *fam = NULL;
         tool_format f = tool_format_detect(t, &fam);
         if (strcmp(fam, cases[i].family) != 0) fail_msg("%s: %s, want %s", cases[i].file, fam, cases[i].family);
-        bool unsupported = !strcmp(fam, "seed-oss") || !strcmp(fam, "functionary") || !strcmp(fam, "glm") ||
+        bool unsupported = !strcmp(fam, "seed-oss") || !strcmp(fam, "glm") ||
                            !strcmp(fam, "kimi") || !strcmp(fam, "minimax");
         assert_int_equal(f == TOOL_FORMAT_UNSUPPORTED, unsupported);
         assert_int_equal(f == TOOL_FORMAT_HARMONY, !strcmp(fam, "harmony"));
         assert_int_equal(f == TOOL_FORMAT_XML, !strcmp(fam, "qwen3-xml"));
+        assert_int_equal(f == TOOL_FORMAT_FUNCTIONARY, !strcmp(fam, "functionary"));
         free(t);
     }
     const char *fam = NULL;
@@ -140,6 +141,19 @@ static const pcase k_cases[] = {
     {TOOL_FORMAT_XML, "<tool_call><function=a><parameter=c>x</parameter></function>", "<tool_call><function=a><parameter=c>x</parameter></function>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_XML, "<tool_call><function=a b></function></tool_call>", "<tool_call><function=a b></function></tool_call>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_XML, "<tool_call><function=a><x>1</x></function></tool_call>", "<tool_call><function=a><x>1</x></function></tool_call>", 0, NULL, NULL, NULL, NULL},
+    /* functionary v3.1 */
+    {TOOL_FORMAT_FUNCTIONARY, "<function=get_weather>{\"city\": \"Paris\"}</function>", "", 1, "get_weather",
+     "{\"city\":\"Paris\"}", NULL, NULL},
+    {TOOL_FORMAT_FUNCTIONARY, "Let me see.<function=a>{}</function>\n<function=b>{\"x\": [1]}</function>\n", "Let me see.", 2,
+     "a", "{}", "b", "{\"x\":[1]}"},
+    /* the last closing tag missing at the end */
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a>{\"x\":1} \n", "", 1, "a", "{\"x\":1}", NULL, NULL},
+    /* ... but not with text after it, and malformed calls: all content */
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a>{\"x\":1} more", "<function=a>{\"x\":1} more", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a>{\"x\":</function>", "<function=a>{\"x\":</function>", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a b>{}</function>", "<function=a b>{}</function>", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a>[1]</function>", "<function=a>[1]</function>", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FUNCTIONARY, "<function=a", "<function=a", 0, NULL, NULL, NULL, NULL},
     /* a format that is not parsed leaves everything as content */
     {TOOL_FORMAT_UNSUPPORTED, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", 0, NULL, NULL, NULL, NULL},
 };
@@ -261,6 +275,9 @@ static void test_grammar_forces_a_declared_call(void **state)
          DS_B DS_C "function" DS_S "ping\n```json\n{}\n```" DS_CE "\n" DS_C "function" DS_S "ping\n```json\n{}\n```" DS_CE DS_E,
          DS_B DS_C "function" DS_S "nope\n```json\n{}\n```" DS_CE DS_E,
          DS_B DS_C "function" DS_S "get_weather\n```json\n{}\n```" DS_CE DS_E},
+        {TOOL_FORMAT_FUNCTIONARY, "<function=get_weather>{\"city\":\"Oslo\"}</function>",
+         "<function=ping>{}</function><function=get_weather>{\"city\":\"Rome\",\"unit\":\"celsius\"}</function>",
+         "<function=get_time>{}</function>", "<function=get_weather>{\"unit\":\"kelvin\"}</function>"},
     };
     for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
         char *one = NULL, *many = NULL;
