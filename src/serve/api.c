@@ -742,8 +742,9 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
  * reply's reasoning (reasoning.h) into `reasoning_content`, "none" leaves
  * it in `content`; absent, the server's --reasoning-format decides. A
  * reply held to a grammar from its first token has no reasoning; a
- * harmony reply parsed for calls is always split (its calls are
- * messages). Runs after parse_tools. */
+ * harmony or functionary v3.2 reply parsed for calls is always split (its
+ * calls are messages), and functionary v3.2's framing is split whatever
+ * reasoning_format says. Runs after parse_tools. */
 static int parse_reasoning(const api_env *env, json_t *o, api_gen *g, api_error *e)
 {
     bool on = !env->reasoning_off;
@@ -755,9 +756,12 @@ static int parse_reasoning(const api_env *env, json_t *o, api_gen *g, api_error 
         }
         on = strcmp(v, "none") != 0;
     }
-    g->reasoning = on ? reasoning_detect(env->chat_template) : REASONING_NONE;
+    reasoning_format detected = reasoning_detect(env->chat_template);
+    /* functionary v3.2's framing is split whatever the request says */
+    g->reasoning = on || detected == REASONING_RECIPIENTS ? detected : REASONING_NONE;
     if (g->grammar != NULL) g->reasoning = REASONING_NONE;
     if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_HARMONY) g->reasoning = REASONING_HARMONY;
+    if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_RECIPIENTS) g->reasoning = REASONING_RECIPIENTS;
     return 0;
 }
 

@@ -529,7 +529,7 @@ static void choice_parse(gen_run *gr, choice *c, const char *text, size_t n)
         cn = c->rp.n_content;
     }
     if (!gr->g.tool_calls) return;
-    if (gr->g.tool_fmt == TOOL_FORMAT_HARMONY) {
+    if (gr->g.tool_fmt == TOOL_FORMAT_HARMONY || gr->g.tool_fmt == TOOL_FORMAT_RECIPIENTS) {
         if (!c->rp_ready) return;
         /* (a copy of n bytes: the text may hold a NUL) */
         c->tp = (tool_parsed){.content = malloc(cn + 1), .n_content = cn, .calls = c->rp.calls,

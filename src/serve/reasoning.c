@@ -20,10 +20,14 @@
 #define H_CALL "<|call|>"
 #define H_FUNCTIONS "functions."
 
+#define R_SEP ">>>"
+#define R_ALL "all"
+
 reasoning_format reasoning_detect(const char *tmpl)
 {
     if (tmpl == NULL) return REASONING_NONE;
     if (strstr(tmpl, H_CHANNEL) != NULL) return REASONING_HARMONY;
+    if (strstr(tmpl, R_SEP R_ALL) != NULL) return REASONING_RECIPIENTS;
     if (strstr(tmpl, THINK_OPEN) != NULL || strstr(tmpl, THINK_CLOSE) != NULL) return REASONING_THINK;
     return REASONING_NONE;
 }
@@ -273,6 +277,67 @@ static void split_harmony(parts_buf *b, const char *t, size_t n, bool final)
     }
 }
 
+/* --- recipients (functionary v3.2) --- */
+
+/* Whether s[0..n) may begin a recipient: "all" or a function name's bytes
+ * ([A-Za-z0-9_-], at most 64; add_call holds calls to the same rule). */
+static bool recipient_prefix_ok(const char *s, size_t n)
+{
+    if (n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void split_recipients(parts_buf *b, const char *t, size_t n, bool final)
+{
+    size_t p = 0;
+    const char *const sep[] = {R_SEP};
+    /* blanks before the first recipient (a tokenizer's leading space) */
+    while (p < n && is_ws(t[p])) p++;
+    while (p < n) {
+        const char *nl = memchr(t + p, '\n', n - p);
+        size_t hn = nl ? (size_t)(nl - (t + p)) : n - p;
+        if (hn == 0 || !recipient_prefix_ok(t + p, hn)) {
+            /* no recipient: the rest is plain content (an empty first
+             * line too: the model ignored the framing) */
+            if (nl == NULL && hn == 0 && !final) return;
+            put(b, &b->content, t + p, n - p);
+            return;
+        }
+        if (nl == NULL) {
+            /* a recipient still being written, or a reply of one word */
+            if (final && !(hn == strlen(R_ALL) && memcmp(t + p, R_ALL, hn) == 0)) {
+                put(b, &b->content, t + p, hn);
+            }
+            return;
+        }
+        size_t b0 = p + hn + 1;
+        const char *e = find(t + b0, n - b0, R_SEP);
+        size_t b1 = e ? (size_t)(e - t) : n;
+        bool done = e != NULL || final;
+        bool all = hn == strlen(R_ALL) && memcmp(t + p, R_ALL, hn) == 0;
+        if (all) {
+            size_t end = b1;
+            if (!done) end -= partial_tail(t + b0, b1 - b0, sep, 1);
+            /* trailing whitespace is held while the message may go on,
+             * and trimmed once it ends */
+            while (end > b0 && is_ws(t[end - 1])) end--;
+            put(b, &b->content, t + b0, end - b0);
+        } else {
+            /* a call comes whole with the finished output */
+            if (!final) return;
+            if (!add_call(b, t + p, hn, t + b0, b1 - b0)) put(b, &b->content, t + b0, b1 - b0);
+        }
+        if (!done) return;
+        p = e ? b1 + strlen(R_SEP) : n;
+    }
+}
+
 int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, bool final,
                     reasoning_parts *out)
 {
@@ -282,6 +347,7 @@ int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, b
     switch (f) {
     case REASONING_THINK: split_think(&b, open, text, n, final); break;
     case REASONING_HARMONY: split_harmony(&b, text, n, final); break;
+    case REASONING_RECIPIENTS: split_recipients(&b, text, n, final); break;
     default: put(&b, &b.content, text, n); break;
     }
     /* empty strings are allocated too: the caller may take both */

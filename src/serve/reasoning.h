@@ -19,6 +19,15 @@
  *            its arguments; any other message ("final", a "commentary"
  *            preamble) is content. Text outside any message is content,
  *            unless it is only whitespace.
+ *   RECIPIENTS functionary v3.2's replies (not reasoning, but split the
+ *            same way): the prompt ends with ">>>", and the reply is
+ *            messages RECIPIENT\nBODY joined by ">>>". Recipient "all"
+ *            is content (its trailing whitespace trimmed); any other
+ *            name is a call of it with BODY as its arguments (content,
+ *            as the raw body, when that is no JSON object). A reply
+ *            whose first line is no recipient (not "all" nor a function
+ *            name, after any leading blanks) is content, whole. Applied whatever reasoning_format
+ *            says: the framing is never the answer.
  *
  * Streaming: reasoning_split on a growing output (final false) returns
  * only what no later text can change: its reasoning and content are
@@ -37,6 +46,7 @@ typedef enum reasoning_format {
     REASONING_NONE,    /* no reasoning syntax: all output is content */
     REASONING_THINK,
     REASONING_HARMONY,
+    REASONING_RECIPIENTS,
 } reasoning_format;
 
 /* The reasoning syntax of the model whose chat template is tmpl
@@ -52,13 +62,14 @@ typedef struct reasoning_parts {
     size_t n_reasoning;
     char *content;   /* malloc'd, NUL-terminated */
     size_t n_content;
-    tool_call *calls; /* HARMONY, final only: messages to functions (name, compact JSON
-                         arguments), malloc'd */
+    tool_call *calls; /* HARMONY, RECIPIENTS, final only: messages to functions (name,
+                         compact JSON arguments), malloc'd */
     size_t n_calls;
 } reasoning_parts;
 
 /* Splits output text[0..n) of format f (open: the prompt left the model
- * inside a THINK block) into reasoning, content and (HARMONY) calls; with
+ * inside a THINK block) into reasoning, content and (HARMONY, RECIPIENTS)
+ * calls; with
  * final false, only what is settled (above). A call whose arguments are
  * not a JSON object is content, as its raw body. NONE gives the whole text
  * as content. 0, or -1 when memory ran out. Free with reasoning_parts_free. */

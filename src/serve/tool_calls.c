@@ -58,6 +58,9 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
     } else if (strstr(tmpl, "<function=") != NULL) {
         fam = "functionary";
         f = TOOL_FORMAT_FUNCTIONARY;
+    } else if (strstr(tmpl, ">>>all") != NULL) {
+        fam = "functionary-v3.2";
+        f = TOOL_FORMAT_RECIPIENTS;
     } else if (strstr(tmpl, MISTRAL_TAG) != NULL) {
         fam = "mistral";
         f = TOOL_FORMAT_MISTRAL;
@@ -590,10 +593,16 @@ static const call_syntax k_syntax[] = {
                               "\n```" DS_CALL_END},
     [TOOL_FORMAT_XML] = {"", "\n", "", "", "", ""}, /* calls: xml_tool_rules */
     [TOOL_FORMAT_FUNCTIONARY] = {"", "", "", FUNC_OPEN, ">", FUNC_CLOSE},
+    /* after the prompt's ">>>": NAME\n{...}, joined by ">>>" */
+    [TOOL_FORMAT_RECIPIENTS] = {"", ">>>", "", "", "\n", ""},
     /* one call a turn (it ends with <|call|>, an end-of-generation token) */
     [TOOL_FORMAT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.",
                              " <|constrain|>json<|message|>", ""},
 };
+
+/* Functionary v3.2: the text message that may come before the calls (its
+ * text without '>', so that it cannot open another message early). */
+#define RECIPIENTS_TEXT "text ::= \"all\\n\" [^>]* \">>>\"\n"
 
 /* Harmony: the analysis message that may come before the call (its text
  * without '<', so that it cannot open another message early). */
@@ -719,6 +728,7 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
     sbuf b = {0};
     int rc = sbuf_append(&b, "root ::= ", 9);
     if (rc == 0 && harmony) rc = sbuf_append(&b, "analysis? ", 10);
+    if (rc == 0 && f == TOOL_FORMAT_RECIPIENTS) rc = sbuf_append(&b, "text? ", 6);
     if (rc == 0) rc = append_lit(&b, sx->open);
     if (rc == 0) rc = sbuf_printf(&b, " call");
     if (rc == 0 && parallel) {
@@ -730,6 +740,7 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
     if (rc == 0) rc = append_lit(&b, sx->close);
     if (rc == 0) rc = sbuf_append(&b, "\n", 1);
     if (rc == 0 && harmony) rc = sbuf_append(&b, HARMONY_ANALYSIS, strlen(HARMONY_ANALYSIS));
+    if (rc == 0 && f == TOOL_FORMAT_RECIPIENTS) rc = sbuf_append(&b, RECIPIENTS_TEXT, strlen(RECIPIENTS_TEXT));
     if (rc == 0 && f == TOOL_FORMAT_XML) {
         rc = sbuf_append(&b, XML_RULES, strlen(XML_RULES));
     }

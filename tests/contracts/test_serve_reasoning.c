@@ -9,7 +9,8 @@
  * reasoning_content deltas then content deltas that concatenate to the same
  * texts; `reasoning_format: "none"` and `--reasoning-format none` leave the
  * output whole; gpt-oss's and Qwen 3.5's (XML) calls become tool_calls,
- * and so do functionary v3.1's <function=N>{...}</function> ones. */
+ * and so do functionary v3.1's <function=N>{...}</function> ones and
+ * v3.2's ">>>" messages (whose "all" framing never reaches content). */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -299,6 +300,15 @@ static const rcase k_func31[] = {
     {"<function=w>{}</function>", "," TOOLS ",\"tool_choice\":\"required\"", NULL, NULL, "w", "{}"},
 };
 
+/* functionary v3.2: messages after the prompt's ">>>"; the framing goes
+ * whatever reasoning_format says */
+static const rcase k_func32[] = {
+    {"all\nHello.", "", NULL, "Hello.", NULL, NULL},
+    {"all\nHello.", ",\"reasoning_format\":\"none\"", NULL, "Hello.", NULL, NULL},
+    {"all\nChecking.\n>>>w\n{\"c\": 1}", "," TOOLS, NULL, "Checking.", "w", "{\"c\":1}"},
+    {"w\n{}", "," TOOLS ",\"tool_choice\":\"required\"", NULL, NULL, "w", "{}"},
+};
+
 static void check_case(int port, const rcase *rc)
 {
     char body[2048];
@@ -389,6 +399,12 @@ static void test_through_the_server(void **state)
     if (template_path(f31, sizeof(f31), "meetkai-functionary-medium-v3.1")) {
         port = start(f31, false, "f31", log, sizeof(log));
         for (size_t i = 0; i < sizeof(k_func31) / sizeof(k_func31[0]); i++) check_case(port, &k_func31[i]);
+        st_stop(g_live_pid, log);
+    }
+    char f32[4096];
+    if (template_path(f32, sizeof(f32), "meetkai-functionary-medium-v3.2")) {
+        port = start(f32, false, "f32", log, sizeof(log));
+        for (size_t i = 0; i < sizeof(k_func32) / sizeof(k_func32[0]); i++) check_case(port, &k_func32[i]);
         st_stop(g_live_pid, log);
     }
     /* --reasoning-format none: whole, unless a request asks */

@@ -1,8 +1,10 @@
 /* The reasoning split (serve/reasoning.h): format detection over the real
  * templates of the reference data, where a rendered prompt leaves the
- * model inside <think>, the THINK and HARMONY splits of finished outputs
- * (closed, open, cut short, absent; analysis, final, preamble and call
- * messages, malformed calls), and the streaming contract: at every split
+ * model inside <think>, the THINK, HARMONY and RECIPIENTS splits of
+ * finished outputs (closed, open, cut short, absent; analysis, final,
+ * preamble and call messages, malformed calls; functionary v3.2's "all"
+ * and call messages, replies without its framing), and the streaming
+ * contract: at every split
  * point of every case, the settled reasoning and content are prefixes of
  * the finished output's, and grow with the output. */
 #define _GNU_SOURCE /* strndup */
@@ -32,6 +34,8 @@ static void test_detect_real_templates(void **state)
         {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", REASONING_THINK},
         {"HuggingFaceTB-SmolLM3-3B", REASONING_THINK},
         {"openai-gpt-oss-120b", REASONING_HARMONY},
+        {"meetkai-functionary-medium-v3.2", REASONING_RECIPIENTS},
+        {"meetkai-functionary-medium-v3.1", REASONING_NONE},
         {"meta-llama-Llama-3.1-8B-Instruct", REASONING_NONE},
         {"Qwen-Qwen2.5-7B-Instruct", REASONING_NONE},
         {"microsoft-Phi-3.5-mini-instruct", REASONING_NONE},
@@ -124,6 +128,24 @@ static const scase k_cases[] = {
     /* a recipient with no name is no call (fuzz_tool_calls) */
     {REASONING_HARMONY, false, "<|channel|>commentary to=<|message|>{}", "", "{}", NULL, NULL},
     {REASONING_HARMONY, false, "<|channel|>commentary to=functions.a/b<|message|>{}", "", "{}", NULL, NULL},
+    /* RECIPIENTS (functionary v3.2; the prompt ended with ">>>") */
+    {REASONING_RECIPIENTS, false, "all\nHello there.", "", "Hello there.", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "all\nLet me check.\n>>>get_weather\n{\"city\": \"Paris\"}", "", "Let me check.",
+     "get_weather", "{\"city\":\"Paris\"}"},
+    {REASONING_RECIPIENTS, false, "get_weather\n{\"city\": \"Oslo\"}\n", "", "", "get_weather", "{\"city\":\"Oslo\"}"},
+    {REASONING_RECIPIENTS, false, "all\nA \n>>>all\nB\n", "", "AB", NULL, NULL},
+    /* no framing: all content */
+    {REASONING_RECIPIENTS, false, "Hello world, no framing.", "", "Hello world, no framing.", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "\nHello", "", "Hello", NULL, NULL},
+    {REASONING_RECIPIENTS, false, " all\nHi", "", "Hi", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "all\n\nline two\n", "", "\nline two", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "hi", "", "hi", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "all", "", "", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "", "", "", NULL, NULL},
+    /* a body that is no JSON object is content; so is a bad recipient's message */
+    {REASONING_RECIPIENTS, false, "python\nprint(1)", "", "print(1)", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "all\nok>>>bad name\n{}", "", "okbad name\n{}", NULL, NULL},
+    {REASONING_RECIPIENTS, false, "all\nx >> y", "", "x >> y", NULL, NULL},
     /* NONE */
     {REASONING_NONE, false, "<think>kept</think>", "", "<think>kept</think>", NULL, NULL},
 };

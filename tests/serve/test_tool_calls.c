@@ -54,6 +54,7 @@ static void test_detect_real_templates(void **state)
         {"StepFun3.5-Flash", "qwen3-xml"},
         {"ByteDance-Seed-OSS", "seed-oss"},
         {"meetkai-functionary-medium-v3.1", "functionary"},
+        {"meetkai-functionary-medium-v3.2", "functionary-v3.2"},
         {"GLM-4.6", "glm"},
         {"moonshotai-Kimi-K2", "kimi"},
         {"openai-gpt-oss-120b", "harmony"},
@@ -78,6 +79,7 @@ static void test_detect_real_templates(void **state)
         assert_int_equal(f == TOOL_FORMAT_HARMONY, !strcmp(fam, "harmony"));
         assert_int_equal(f == TOOL_FORMAT_XML, !strcmp(fam, "qwen3-xml"));
         assert_int_equal(f == TOOL_FORMAT_FUNCTIONARY, !strcmp(fam, "functionary"));
+        assert_int_equal(f == TOOL_FORMAT_RECIPIENTS, !strcmp(fam, "functionary-v3.2"));
         free(t);
     }
     const char *fam = NULL;
@@ -369,6 +371,30 @@ static void test_grammar_forces_a_declared_call(void **state)
     assert_string_equal(rp.reasoning, "Need the weather.");
     reasoning_parts_free(&rp);
     free(g);
+    /* functionary v3.2: after the prompt's ">>>", an optional "all"
+     * message without '>', then calls joined by ">>>"; the split takes them */
+    char *r1 = NULL, *rn = NULL;
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_RECIPIENTS, tools, 2, false, &r1, &err), 0);
+    assert_int_equal(tool_calls_grammar(TOOL_FORMAT_RECIPIENTS, tools, 2, true, &rn, &err), 0);
+    const char *r_call = "get_weather\n{\"city\":\"Oslo\"}";
+    const char *r_both = "all\nLet me look.\n>>>ping\n{}>>>get_weather\n{\"city\":\"Rome\"}";
+    assert_true(accepts(r1, r_call));
+    assert_true(accepts(rn, r_call));
+    assert_false(accepts(r1, r_both));
+    assert_true(accepts(rn, r_both));
+    assert_false(accepts(rn, "get_time\n{}"));
+    assert_false(accepts(rn, "get_weather\n{}"));
+    assert_false(accepts(rn, "all\nHi"));
+    assert_false(accepts(rn, "all\na>b>>>ping\n{}"));
+    assert_int_equal(reasoning_split(REASONING_RECIPIENTS, false, r_both, strlen(r_both), true, &rp), 0);
+    assert_int_equal(rp.n_calls, 2);
+    assert_string_equal(rp.calls[0].name, "ping");
+    assert_string_equal(rp.calls[1].name, "get_weather");
+    assert_string_equal(rp.calls[1].arguments, "{\"city\":\"Rome\"}");
+    assert_string_equal(rp.content, "Let me look.");
+    reasoning_parts_free(&rp);
+    free(r1);
+    free(rn);
     json_decref(bad);
     json_decref(weather);
 }
