@@ -931,12 +931,38 @@ static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
     return 0;
 }
 
+/* firefunction v2's template reads the tools as `functions` (their JSON,
+ * indented; "" without tools) and the time as `datetime`, not `tools`:
+ * both are set in extra (a new object when NULL) unless the request's
+ * chat_template_kwargs set them. 0, or -1 out of memory. */
+static int firefunction_vars(const json_t *tools, json_t **extra)
+{
+    if (*extra == NULL && (*extra = json_object()) == NULL) return -1;
+    if (json_object_get(*extra, "functions") == NULL) {
+        char *fs = tools != NULL ? json_dumps(tools, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_t *v = json_string(fs != NULL ? fs : "");
+        free(fs);
+        if (v == NULL || json_object_set_new(*extra, "functions", v) != 0) return -1;
+    }
+    if (json_object_get(*extra, "datetime") == NULL) {
+        char buf[64];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(buf, sizeof(buf), "%b %d %Y %H:%M:%S GMT", &tm);
+        if (json_object_set_new(*extra, "datetime", json_string(buf)) != 0) return -1;
+    }
+    return 0;
+}
+
 /* The template's extra variables: `chat_template_kwargs` (an object of
  * variables, llama-server's and vLLM's field: {"enable_thinking": false}
  * for Qwen3) and `reasoning_effort` (as the variable of that name, for
  * templates that read it, such as gpt-oss's; refused by name for the
- * others, where it would change nothing). *out: a new object, or NULL. */
-static int template_extra(const char *tmpl, json_t *o, json_t **out, api_error *e)
+ * others, where it would change nothing); firefunction's variables
+ * (firefunction_vars). *out: a new object, or NULL. */
+static int template_extra(const char *tmpl, json_t *o, const json_t *tools, json_t **out,
+                          api_error *e)
 {
     *out = NULL;
     json_t *kw = json_object_get(o, "chat_template_kwargs");
@@ -957,10 +983,16 @@ static int template_extra(const char *tmpl, json_t *o, json_t **out, api_error *
     } else {
         effort = NULL;
     }
-    if (!json_is_object(kw) && effort == NULL) return 0;
+    bool fire = tool_format_detect(tmpl, NULL) == TOOL_FORMAT_FIREFUNCTION;
+    if (!json_is_object(kw) && effort == NULL && !fire) return 0;
     *out = json_is_object(kw) ? json_deep_copy(kw) : json_object();
     if (*out == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
     if (effort != NULL) json_object_set(*out, "reasoning_effort", effort);
+    if (fire && firefunction_vars(tools, out) != 0) {
+        json_decref(*out);
+        *out = NULL;
+        return api_fail(e, 500, "out_of_memory", "out of memory");
+    }
     return 0;
 }
 
@@ -1026,7 +1058,7 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     }
     const char *tmpl = env->chat_template ? env->chat_template : k_chatml;
     json_t *extra = NULL;
-    if ((rc = template_extra(tmpl, o, &extra, e)) != 0) {
+    if ((rc = template_extra(tmpl, o, tools, &extra, e)) != 0) {
         json_decref(norm);
         return rc;
     }

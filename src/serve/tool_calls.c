@@ -21,6 +21,7 @@
 #define MISTRAL_ARGS "[ARGS]"
 #define FUNC_OPEN "<function="
 #define FUNC_CLOSE "</function>"
+#define FIRE_TAG "functools["
 #define DS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
 #define DS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
 #define DS_CALL "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
@@ -58,6 +59,9 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
     } else if (strstr(tmpl, "<function=") != NULL) {
         fam = "functionary";
         f = TOOL_FORMAT_FUNCTIONARY;
+    } else if (strstr(tmpl, FIRE_TAG) != NULL) {
+        fam = "firefunction";
+        f = TOOL_FORMAT_FIREFUNCTION;
     } else if (strstr(tmpl, ">>>all") != NULL) {
         fam = "functionary-v3.2";
         f = TOOL_FORMAT_RECIPIENTS;
@@ -337,6 +341,21 @@ static bool parse_functionary(cursor *c, calls *cs)
     return cs->n > 0;
 }
 
+/* functools[{...}, ...]: one list of {"name", "arguments"} objects */
+static bool parse_firefunction(cursor *c, calls *cs)
+{
+    if (!eat(c, "functools")) return false;
+    json_t *a = take_json(c);
+    bool ok = json_is_array(a) && json_array_size(a) > 0;
+    size_t i;
+    json_t *o;
+    json_array_foreach(a, i, o) {
+        if (ok && !(json_is_object(o) && add_object(cs, o))) ok = false;
+    }
+    json_decref(a);
+    return ok;
+}
+
 static bool parse_llama3(cursor *c, calls *cs)
 {
     eat(c, LLAMA3_TAG);
@@ -429,6 +448,7 @@ static size_t calls_start(tool_format f, const char *text, size_t n)
     case TOOL_FORMAT_MISTRAL: return find(text, n, MISTRAL_TAG);
     case TOOL_FORMAT_DEEPSEEK: return find(text, n, DS_BEGIN);
     case TOOL_FORMAT_FUNCTIONARY: return find(text, n, FUNC_OPEN);
+    case TOOL_FORMAT_FIREFUNCTION: return find(text, n, FIRE_TAG);
     case TOOL_FORMAT_LLAMA3: {
         size_t tag = find(text, n, LLAMA3_TAG);
         if (tag < n) return tag;
@@ -461,6 +481,7 @@ int tool_calls_parse_typed(tool_format f, const char *text, size_t n, const json
         case TOOL_FORMAT_DEEPSEEK: ok = parse_deepseek(&c, &cs); break;
         case TOOL_FORMAT_XML: ok = parse_xml(&c, &cs, tools); break;
         case TOOL_FORMAT_FUNCTIONARY: ok = parse_functionary(&c, &cs); break;
+        case TOOL_FORMAT_FIREFUNCTION: ok = parse_firefunction(&c, &cs); break;
         default: break;
         }
         end = c.p;
@@ -508,6 +529,7 @@ static const char *marker_of(tool_format f)
     case TOOL_FORMAT_MISTRAL: return MISTRAL_TAG;
     case TOOL_FORMAT_DEEPSEEK: return DS_BEGIN;
     case TOOL_FORMAT_FUNCTIONARY: return FUNC_OPEN;
+    case TOOL_FORMAT_FIREFUNCTION: return FIRE_TAG;
     default: return NULL;
     }
 }
@@ -595,6 +617,7 @@ static const call_syntax k_syntax[] = {
     [TOOL_FORMAT_FUNCTIONARY] = {"", "", "", FUNC_OPEN, ">", FUNC_CLOSE},
     /* after the prompt's ">>>": NAME\n{...}, joined by ">>>" */
     [TOOL_FORMAT_RECIPIENTS] = {"", ">>>", "", "", "\n", ""},
+    [TOOL_FORMAT_FIREFUNCTION] = {FIRE_TAG, ", ", "]", "{\"name\": \"", "\", \"arguments\": ", "}"},
     /* one call a turn (it ends with <|call|>, an end-of-generation token) */
     [TOOL_FORMAT_HARMONY] = {"", "", "", "<|channel|>commentary to=functions.",
                              " <|constrain|>json<|message|>", ""},

@@ -33,6 +33,8 @@
  *   FUNCTIONARY  <function=N>{...}</function>, repeated (functionary
  *             medium/small v3.1, on Llama 3.1; the closing tag may be
  *             missing at the very end)
+ *   FIREFUNCTION  functools[{"name": N, "arguments": {...}}, ...] (firefunction
+ *             v2, on Llama 3; no closing marker after the list)
  *   RECIPIENTS functionary v3.2: messages RECIPIENT\nBODY joined by
  *             ">>>" (the prompt ends with the first ">>>"), "all" for
  *             text and a function's name for a call; parsed with the
@@ -60,14 +62,15 @@ typedef enum tool_format {
     TOOL_FORMAT_XML,
     TOOL_FORMAT_FUNCTIONARY,
     TOOL_FORMAT_RECIPIENTS, /* parsed with the reasoning split (reasoning.h) */
+    TOOL_FORMAT_FIREFUNCTION,
     TOOL_FORMAT_UNSUPPORTED,
 } tool_format;
 
 /* The format of the model whose chat template is tmpl (NUL-terminated;
  * NULL: no template, ChatML). *family, when not NULL, gets a static name
  * of the family ("hermes", "llama3", "mistral", "deepseek", "qwen3-xml",
- * "seed-oss", "functionary", "functionary-v3.2", "glm", "kimi", "harmony",
- * "minimax"). */
+ * "seed-oss", "functionary", "functionary-v3.2", "firefunction", "glm",
+ * "kimi", "harmony", "minimax"). */
 tool_format tool_format_detect(const char *tmpl, const char **family);
 
 /* One parsed call. */

@@ -10,7 +10,8 @@
  * texts; `reasoning_format: "none"` and `--reasoning-format none` leave the
  * output whole; gpt-oss's and Qwen 3.5's (XML) calls become tool_calls,
  * and so do functionary v3.1's <function=N>{...}</function> ones and
- * v3.2's ">>>" messages (whose "all" framing never reaches content). */
+ * v3.2's ">>>" messages (whose "all" framing never reaches content), and
+ * firefunction v2's functools[...] lists. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -174,6 +175,42 @@ static void test_parse(void **state)
     assert_non_null(strstr(g.grammar, "to=functions.w"));
     assert_int_equal(g.reasoning, REASONING_HARMONY);
     api_gen_free(&g);
+    /* functionary v3.2: its framing is split whatever reasoning_format says,
+     * not under a grammar from the first token, and always for forced calls */
+    char *f32 = read_template("meetkai-functionary-medium-v3.2");
+    if (f32 != NULL) {
+        env.chat_template = f32;
+        assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"none\"}", &g, &e), 0);
+        assert_int_equal(g.reasoning, REASONING_RECIPIENTS);
+        api_gen_free(&g);
+        assert_int_equal(parse(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
+        assert_int_equal(g.reasoning, REASONING_NONE);
+        api_gen_free(&g);
+        assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), 0);
+        assert_int_equal(g.tool_fmt, TOOL_FORMAT_RECIPIENTS);
+        assert_int_equal(g.reasoning, REASONING_RECIPIENTS);
+        assert_non_null(g.grammar);
+        assert_non_null(strstr(g.grammar, "\"w\\n\""));
+        api_gen_free(&g);
+        free(f32);
+    }
+    /* firefunction v2's template reads `functions` and `datetime`: set from
+     * the tools (its prompt grows with them), or by the request */
+    char *fire = read_template("fireworks-ai-llama-3-firefunction-v2");
+    if (fire != NULL) {
+        env.chat_template = fire;
+        assert_int_equal(parse(&env, "{" MSGS "}", &g, &e), 0);
+        size_t n_plain = g.n_prompt;
+        api_gen_free(&g);
+        if (parse(&env, "{" MSGS "," TOOLS "}", &g, &e) != 0) fail_msg("%s", e.message);
+        assert_true(g.n_prompt > n_plain + 10);
+        assert_int_equal(g.tool_fmt, TOOL_FORMAT_FIREFUNCTION);
+        api_gen_free(&g);
+        assert_int_equal(parse(&env, "{" MSGS ",\"chat_template_kwargs\":{\"functions\":\"[]\"}}", &g, &e), 0);
+        assert_true(g.n_prompt != n_plain);
+        api_gen_free(&g);
+        free(fire);
+    }
     free(qwen);
     free(r1);
     free(oss);
@@ -309,6 +346,12 @@ static const rcase k_func32[] = {
     {"w\n{}", "," TOOLS ",\"tool_choice\":\"required\"", NULL, NULL, "w", "{}"},
 };
 
+/* firefunction v2: functools[...] */
+static const rcase k_fire[] = {
+    {"Hello.", "", NULL, "Hello.", NULL, NULL},
+    {"functools[{\"name\": \"w\", \"arguments\": {\"c\": 1}}]", "," TOOLS, NULL, NULL, "w", "{\"c\":1}"},
+};
+
 static void check_case(int port, const rcase *rc)
 {
     char body[2048];
@@ -399,6 +442,12 @@ static void test_through_the_server(void **state)
     if (template_path(f31, sizeof(f31), "meetkai-functionary-medium-v3.1")) {
         port = start(f31, false, "f31", log, sizeof(log));
         for (size_t i = 0; i < sizeof(k_func31) / sizeof(k_func31[0]); i++) check_case(port, &k_func31[i]);
+        st_stop(g_live_pid, log);
+    }
+    char fire[4096];
+    if (template_path(fire, sizeof(fire), "fireworks-ai-llama-3-firefunction-v2")) {
+        port = start(fire, false, "fire", log, sizeof(log));
+        for (size_t i = 0; i < sizeof(k_fire) / sizeof(k_fire[0]); i++) check_case(port, &k_fire[i]);
         st_stop(g_live_pid, log);
     }
     char f32[4096];

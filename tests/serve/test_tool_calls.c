@@ -55,6 +55,7 @@ static void test_detect_real_templates(void **state)
         {"ByteDance-Seed-OSS", "seed-oss"},
         {"meetkai-functionary-medium-v3.1", "functionary"},
         {"meetkai-functionary-medium-v3.2", "functionary-v3.2"},
+        {"fireworks-ai-llama-3-firefunction-v2", "firefunction"},
         {"GLM-4.6", "glm"},
         {"moonshotai-Kimi-K2", "kimi"},
         {"openai-gpt-oss-120b", "harmony"},
@@ -80,6 +81,7 @@ static void test_detect_real_templates(void **state)
         assert_int_equal(f == TOOL_FORMAT_XML, !strcmp(fam, "qwen3-xml"));
         assert_int_equal(f == TOOL_FORMAT_FUNCTIONARY, !strcmp(fam, "functionary"));
         assert_int_equal(f == TOOL_FORMAT_RECIPIENTS, !strcmp(fam, "functionary-v3.2"));
+        assert_int_equal(f == TOOL_FORMAT_FIREFUNCTION, !strcmp(fam, "firefunction"));
         free(t);
     }
     const char *fam = NULL;
@@ -156,6 +158,14 @@ static const pcase k_cases[] = {
     {TOOL_FORMAT_FUNCTIONARY, "<function=a b>{}</function>", "<function=a b>{}</function>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_FUNCTIONARY, "<function=a>[1]</function>", "<function=a>[1]</function>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_FUNCTIONARY, "<function=a", "<function=a", 0, NULL, NULL, NULL, NULL},
+    /* firefunction v2 */
+    {TOOL_FORMAT_FIREFUNCTION, " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", " ", 1,
+     "get_weather", "{\"city\":\"Paris\"}", NULL, NULL},
+    {TOOL_FORMAT_FIREFUNCTION, "Sure. functools[{\"name\":\"a\",\"arguments\":{}}, {\"name\":\"b\",\"arguments\":{\"x\":1}}]\n",
+     "Sure. ", 2, "a", "{}", "b", "{\"x\":1}"},
+    {TOOL_FORMAT_FIREFUNCTION, "functools[]", "functools[]", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FIREFUNCTION, "functools[{\"name\":\"a\"", "functools[{\"name\":\"a\"", 0, NULL, NULL, NULL, NULL},
+    {TOOL_FORMAT_FIREFUNCTION, "the functools library", "the functools library", 0, NULL, NULL, NULL, NULL},
     /* a format that is not parsed leaves everything as content */
     {TOOL_FORMAT_UNSUPPORTED, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", 0, NULL, NULL, NULL, NULL},
 };
@@ -277,6 +287,10 @@ static void test_grammar_forces_a_declared_call(void **state)
          DS_B DS_C "function" DS_S "ping\n```json\n{}\n```" DS_CE "\n" DS_C "function" DS_S "ping\n```json\n{}\n```" DS_CE DS_E,
          DS_B DS_C "function" DS_S "nope\n```json\n{}\n```" DS_CE DS_E,
          DS_B DS_C "function" DS_S "get_weather\n```json\n{}\n```" DS_CE DS_E},
+        {TOOL_FORMAT_FIREFUNCTION, "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}]",
+         "functools[{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"ping\", \"arguments\": {}}]",
+         "functools[{\"name\": \"x\", \"arguments\": {}}]",
+         "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\":2}}]"},
         {TOOL_FORMAT_FUNCTIONARY, "<function=get_weather>{\"city\":\"Oslo\"}</function>",
          "<function=ping>{}</function><function=get_weather>{\"city\":\"Rome\",\"unit\":\"celsius\"}</function>",
          "<function=get_time>{}</function>", "<function=get_weather>{\"unit\":\"kelvin\"}</function>"},
