@@ -996,6 +996,78 @@ static int template_extra(const char *tmpl, json_t *o, const json_t *tools, json
     return 0;
 }
 
+/* Whether template tmpl shows a system message: a probe conversation (a
+ * system message, then a user one) renders without error and its prompt
+ * holds the system text. Gemma 2's template raises on a system message,
+ * some drop it. */
+static bool template_takes_system(const char *tmpl, const chat_template_opts *o)
+{
+    static const char needle[] = "<strata system probe 7f3a>";
+    json_t *probe = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", needle, "role",
+                              "user", "content", "Hello");
+    if (probe == NULL) return true;
+    char *out = NULL;
+    size_t n = 0;
+    strata_err err;
+    bool ok = chat_template_render(tmpl, strlen(tmpl), probe, o, &out, &n, &err) == 0 &&
+              strstr(out, needle) != NULL;
+    free(out);
+    json_decref(probe);
+    return ok;
+}
+
+/* For a template that does not take system messages (above), what
+ * llama-server does: system texts join (by "\n") the next user message's
+ * content ahead of it ("SYSTEM\nUSER"); one followed by another role, or
+ * by nothing, becomes a user message of its own. msgs is changed in
+ * place. 0, or -1 out of memory. */
+static int merge_system_messages(json_t *msgs)
+{
+    json_t *out = json_array();
+    sbuf pending = {0};
+    int rc = out != NULL ? 0 : -1;
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        if (rc != 0) break;
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *c = json_object_get(m, "content");
+        if (role != NULL && strcmp(role, "system") == 0 && json_is_string(c)) {
+            if (pending.len > 0 && sbuf_append(&pending, "\n", 1) != 0) rc = -1;
+            if (rc == 0 && sbuf_append(&pending, json_string_value(c), json_string_length(c)) != 0) rc = -1;
+            continue;
+        }
+        if (pending.len > 0 && role != NULL && strcmp(role, "user") == 0 && json_is_string(c)) {
+            if (json_string_length(c) > 0 &&
+                (sbuf_append(&pending, "\n", 1) != 0 ||
+                 sbuf_append(&pending, json_string_value(c), json_string_length(c)) != 0)) {
+                rc = -1;
+            }
+            json_t *u = json_deep_copy(m);
+            if (rc == 0 && (u == NULL || json_object_set_new(u, "content", json_stringn(pending.data, pending.len)) != 0 ||
+                            json_array_append_new(out, u) != 0)) {
+                rc = -1;
+            }
+            pending.len = 0;
+            continue;
+        }
+        if (pending.len > 0) {
+            json_t *u = json_pack("{s:s, s:s%}", "role", "user", "content", pending.data, pending.len);
+            if (u == NULL || json_array_append_new(out, u) != 0) rc = -1;
+            pending.len = 0;
+        }
+        if (rc == 0 && json_array_append(out, m) != 0) rc = -1;
+    }
+    if (rc == 0 && pending.len > 0) {
+        json_t *u = json_pack("{s:s, s:s%}", "role", "user", "content", pending.data, pending.len);
+        if (u == NULL || json_array_append_new(out, u) != 0) rc = -1;
+    }
+    if (rc == 0 && json_array_clear(msgs) == 0) rc = json_array_extend(msgs, out);
+    sbuf_free(&pending);
+    json_decref(out);
+    return rc == 0 ? 0 : -1;
+}
+
 /* messages → a prompt with the model's template. Contents given as parts
  * ([{"type":"text","text":...}]) are joined into one string first. */
 static int parse_messages(const api_env *env, json_t *o, const json_t *tools, api_gen *g,
@@ -1064,6 +1136,16 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     }
     chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
                                .eos_token = env->eos, .tools = tools, .extra = extra};
+    bool has_system = false;
+    json_array_foreach(norm, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        has_system = has_system || (role != NULL && strcmp(role, "system") == 0);
+    }
+    if (has_system && !template_takes_system(tmpl, &opts) && merge_system_messages(norm) != 0) {
+        json_decref(norm);
+        json_decref(extra);
+        return api_fail(e, 500, "out_of_memory", "out of memory");
+    }
     char *prompt = NULL;
     size_t prompt_len = 0;
     strata_err err;

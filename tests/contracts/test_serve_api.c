@@ -4,7 +4,9 @@
  * 500; embeddings come as JSON numbers or, as OpenAI's clients ask by
  * default, base64 of little-endian float32. Also the pieces of requests
  * served by several engine requests (api.h): embeddings inputs, the seeds
- * of `n` choices, the summed figures; and how timings print. */
+ * of `n` choices, the summed figures; and how timings print. System
+ * messages for a template that takes none (Gemma 2's raises) join the
+ * next user message, as llama-server does. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -196,6 +198,75 @@ static void test_embedding_input_forms(void **state)
 /* Choice i samples with seed + i (wrapping in [0, 2^63)), each with its own
  * copy of the prompt and bias; without a seed none is set (the engine then
  * draws one per request). */
+/* The chat prompt of body under template tmpl (token ids, malloc'd), or
+ * NULL with the error's message in msg. */
+static int32_t *chat_prompt(const char *tmpl, const char *body, size_t *n, char *msg, size_t cap)
+{
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 4096, .chat_template = tmpl,
+                   .bos = "<bos>", .eos = "<eos>"};
+    api_gen g;
+    api_error e;
+    if (api_parse_gen(&env, API_CHAT, body, strlen(body), &g, &e) != 0) {
+        snprintf(msg, cap, "%s", e.message);
+        return NULL;
+    }
+    int32_t *ids = malloc(g.n_prompt * sizeof(int32_t));
+    assert_non_null(ids);
+    memcpy(ids, g.prompt, g.n_prompt * sizeof(int32_t));
+    *n = g.n_prompt;
+    api_gen_free(&g);
+    return ids;
+}
+
+static void assert_same_prompt(const char *tmpl, const char *a, const char *b, bool same)
+{
+    char msg[512] = "";
+    size_t na = 0, nb = 0;
+    int32_t *pa = chat_prompt(tmpl, a, &na, msg, sizeof(msg));
+    if (pa == NULL) fail_msg("%s: %s", a, msg);
+    int32_t *pb = chat_prompt(tmpl, b, &nb, msg, sizeof(msg));
+    if (pb == NULL) fail_msg("%s: %s", b, msg);
+    bool eq = na == nb && memcmp(pa, pb, na * sizeof(int32_t)) == 0;
+    if (eq != same) fail_msg("%s and %s: prompts %s", a, b, eq ? "equal" : "differ");
+    free(pa);
+    free(pb);
+}
+
+static void test_system_messages_merged(void **state)
+{
+    (void)state;
+    char path[4096];
+    if (testdata_path(path, sizeof(path), "chat-templates/llama.cpp-jinja/google-gemma-2-2b-it.jinja") == NULL) {
+        print_message("skipped: chat templates missing\n");
+        skip();
+    }
+    size_t n;
+    char *raw = testdata_read_file(path, &n);
+    assert_non_null(raw);
+    char *gemma = strndup(raw, n);
+    free(raw);
+#define U(c) "{\"role\":\"user\",\"content\":\"" c "\"}"
+#define S(c) "{\"role\":\"system\",\"content\":\"" c "\"}"
+#define A(c) "{\"role\":\"assistant\",\"content\":\"" c "\"}"
+    /* the system text goes before the first user message's, by "\n" */
+    assert_same_prompt(gemma, "{\"messages\":[" S("Be brief.") "," U("Hi") "]}",
+                       "{\"messages\":[" U("Be brief.\\nHi") "]}", true);
+    /* two system messages join; a later one joins the next user turn */
+    assert_same_prompt(gemma,
+                       "{\"messages\":[" S("A") "," S("B") "," U("Hi") "," A("Yo") "," S("C") "," U("Q") "]}",
+                       "{\"messages\":[" U("A\\nB\\nHi") "," A("Yo") "," U("C\\nQ") "]}", true);
+    /* without system messages nothing changes; the model's own prompt
+     * differs from the merged one where the template takes system
+     * messages (ChatML) */
+    assert_same_prompt(gemma, "{\"messages\":[" U("Hi") "]}", "{\"messages\":[" U("Hi") "]}", true);
+    assert_same_prompt(NULL, "{\"messages\":[" S("Be brief.") "," U("Hi") "]}",
+                       "{\"messages\":[" U("Be brief.\\nHi") "]}", false);
+#undef U
+#undef S
+#undef A
+    free(gemma);
+}
+
 static void test_choices_seeds(void **state)
 {
     (void)state;
@@ -397,6 +468,7 @@ ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_system_messages_merged)
 ST_MODEL_TEST(test_result_sum)
 ST_MODEL_TEST(test_choices_fail_and_cancel_together)
 
@@ -411,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_timings_print_short_guard),
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_system_messages_merged_guard),
         cmocka_unit_test(test_result_sum_guard),
         cmocka_unit_test_teardown(test_choices_fail_and_cancel_together_guard, st_kill_leftover),
     };
