@@ -1640,3 +1640,23 @@ int api_sse_event(sbuf *out, json_t *j)
     free(s);
     return rc;
 }
+
+size_t api_keep_markers(const vocab *v, const api_gen *g, int32_t *ids, size_t cap)
+{
+    size_t n_ids = 0;
+    if (v == NULL) return 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = 0;
+        const char *const *m = NULL;
+        if (pass == 0 && g->reasoning != REASONING_NONE) m = reasoning_markers(g->reasoning, &n);
+        if (pass == 1 && g->tool_calls) m = tool_calls_markers(g->tool_fmt, &n);
+        for (size_t i = 0; i < n && n_ids < cap; i++) {
+            int32_t id = vocab_find(v, m[i], strlen(m[i]));
+            if (id < 0 || !vocab_is_control(v, id)) continue;
+            bool dup = false;
+            for (size_t k = 0; k < n_ids; k++) dup = dup || ids[k] == id;
+            if (!dup) ids[n_ids++] = id;
+        }
+    }
+    return n_ids;
+}

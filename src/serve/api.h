@@ -59,6 +59,7 @@ typedef struct api_env {
                                   split into reasoning and content unless a request asks */
 } api_env;
 
+
 /* The most choices (`n`) of one request, and inputs of one /v1/embeddings
  * request (OpenAI's limit). */
 #define API_MAX_CHOICES 16
@@ -256,5 +257,13 @@ json_t *api_embedding_body(const api_env *env, const api_result *total, const ap
                            size_t n, bool base64);
 /* Writes "data: <json>\n\n" to out and frees j. */
 int api_sse_event(sbuf *out, json_t *j);
+
+/* The control tokens of v that g's reply format parses (the reasoning
+ * split's markers when g splits, the call syntax's when g parses calls:
+ * Mistral's [TOOL_CALLS], [ARGS] and [THINK], Llama 3's <|python_tag|>,
+ * ...) into ids[0..cap), returned count: the detokenizer writes them as
+ * text (textgen_keep) so that the parsers see them. Markers that are
+ * ordinary text tokens of v need nothing. */
+size_t api_keep_markers(const vocab *v, const api_gen *g, int32_t *ids, size_t cap);
 
 #endif

@@ -195,6 +195,9 @@ typedef struct choice {
     bool rp_ready;
 } choice;
 
+/* The most marker tokens one request keeps as text. */
+#define GEN_MAX_KEEP 16
+
 typedef struct gen_run {
     server *s;
     api_gen g;
@@ -213,6 +216,8 @@ typedef struct gen_run {
     bool refused;        /* a submission failed for good: `refusal` */
     api_error refusal;
     int failed_choice;   /* the first choice that ended in an error; -1: none */
+    int32_t keep[GEN_MAX_KEEP]; /* control tokens detokenized as text (api_keep_markers) */
+    size_t n_keep;
 } gen_run;
 
 /* Hands the choices not yet submitted to the pool, in order, as far as it
@@ -472,6 +477,7 @@ static void gen_run_free(gen_run *gr)
     free(gr);
 }
 
+
 /* Sets up one engine request per choice (or embeddings input), all
  * signalling gr->w. 0, or -1 (out of memory, or a prompt the detokenizer
  * cannot take). */
@@ -479,6 +485,7 @@ static int gen_run_prepare(gen_run *gr)
 {
     bool embed = gr->g.kind == API_EMBEDDING;
     size_t n = embed ? gr->g.n_inputs : gr->g.n_choices;
+    if (!embed) gr->n_keep = api_keep_markers(gr->s->cfg.voc, &gr->g, gr->keep, GEN_MAX_KEEP);
     gr->w = sreq_waker_new();
     gr->ch = calloc(n ? n : 1, sizeof(*gr->ch));
     if (gr->w == NULL || gr->ch == NULL) return -1;
@@ -497,6 +504,7 @@ static int gen_run_prepare(gen_run *gr)
             textgen_free(&c->tg);
             return -1;
         }
+        textgen_keep(&c->tg, gr->keep, gr->n_keep);
         c->tg_ready = true;
     }
     return 0;

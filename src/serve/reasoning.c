@@ -11,6 +11,8 @@
 
 #define THINK_OPEN "<think>"
 #define THINK_CLOSE "</think>"
+#define BRACKET_OPEN "[THINK]"
+#define BRACKET_CLOSE "[/THINK]"
 
 #define H_START "<|start|>"
 #define H_CHANNEL "<|channel|>"
@@ -29,7 +31,24 @@ reasoning_format reasoning_detect(const char *tmpl)
     if (strstr(tmpl, H_CHANNEL) != NULL) return REASONING_HARMONY;
     if (strstr(tmpl, R_SEP R_ALL) != NULL) return REASONING_RECIPIENTS;
     if (strstr(tmpl, THINK_OPEN) != NULL || strstr(tmpl, THINK_CLOSE) != NULL) return REASONING_THINK;
+    if (strstr(tmpl, BRACKET_OPEN) != NULL && strstr(tmpl, BRACKET_CLOSE) != NULL) {
+        return REASONING_THINK_BRACKET;
+    }
     return REASONING_NONE;
+}
+
+const char *const *reasoning_markers(reasoning_format f, size_t *n)
+{
+    static const char *const think[] = {THINK_OPEN, THINK_CLOSE};
+    static const char *const bracket[] = {BRACKET_OPEN, BRACKET_CLOSE};
+    static const char *const harmony[] = {H_START, H_CHANNEL, H_MESSAGE, H_END,
+                                          H_RETURN, H_CALL, "<|constrain|>"};
+    switch (f) {
+    case REASONING_THINK: *n = 2; return think;
+    case REASONING_THINK_BRACKET: *n = 2; return bracket;
+    case REASONING_HARMONY: *n = sizeof(harmony) / sizeof(harmony[0]); return harmony;
+    default: *n = 0; return NULL;
+    }
 }
 
 static bool is_ws(char c)
@@ -92,15 +111,16 @@ static void put(parts_buf *b, sbuf *to, const char *s, size_t n)
     if (n > 0 && sbuf_append(to, s, n) != 0) b->oom = true;
 }
 
-/* THINK from text[p..n) inside the block. */
-static void think_block(parts_buf *b, const char *t, size_t p, size_t n, bool final)
+/* THINK from text[p..n) inside the block that close ends. */
+static void think_block(parts_buf *b, const char *t, size_t p, size_t n, bool final,
+                        const char *close_m)
 {
     while (p < n && is_ws(t[p])) p++;
-    const char *close = find(t + p, n - p, THINK_CLOSE);
+    const char *close = find(t + p, n - p, close_m);
     if (close == NULL) {
         size_t e = n;
         if (!final) {
-            const char *m[] = {THINK_CLOSE};
+            const char *m[] = {close_m};
             e -= partial_tail(t + p, n - p, m, 1);
         }
         /* trailing whitespace is held: it is trimmed if the block ends */
@@ -111,26 +131,27 @@ static void think_block(parts_buf *b, const char *t, size_t p, size_t n, bool fi
     size_t e = (size_t)(close - t);
     while (e > p && is_ws(t[e - 1])) e--;
     put(b, &b->reasoning, t + p, e - p);
-    size_t q = (size_t)(close - t) + strlen(THINK_CLOSE);
+    size_t q = (size_t)(close - t) + strlen(close_m);
     while (q < n && is_ws(t[q])) q++;
     put(b, &b->content, t + q, n - q);
 }
 
-static void split_think(parts_buf *b, bool open, const char *t, size_t n, bool final)
+static void split_think(parts_buf *b, bool open, const char *t, size_t n, bool final,
+                        const char *open_m, const char *close_m)
 {
     if (open) {
-        think_block(b, t, 0, n, final);
+        think_block(b, t, 0, n, final, close_m);
         return;
     }
     size_t q = 0;
     while (q < n && is_ws(t[q])) q++;
-    size_t k = strlen(THINK_OPEN);
-    if (n - q >= k && memcmp(t + q, THINK_OPEN, k) == 0) {
-        think_block(b, t, q + k, n, final);
+    size_t k = strlen(open_m);
+    if (n - q >= k && memcmp(t + q, open_m, k) == 0) {
+        think_block(b, t, q + k, n, final, close_m);
         return;
     }
-    /* only whitespace or the start of <think> so far: undecided */
-    if (!final && proper_prefix(t + q, n - q, THINK_OPEN)) return;
+    /* only whitespace or the start of the opening marker so far: undecided */
+    if (!final && proper_prefix(t + q, n - q, open_m)) return;
     put(b, &b->content, t, n);
 }
 
@@ -345,7 +366,10 @@ int reasoning_split(reasoning_format f, bool open, const char *text, size_t n, b
     parts_buf b = {0};
     if (text == NULL) n = 0;
     switch (f) {
-    case REASONING_THINK: split_think(&b, open, text, n, final); break;
+    case REASONING_THINK: split_think(&b, open, text, n, final, THINK_OPEN, THINK_CLOSE); break;
+    case REASONING_THINK_BRACKET:
+        split_think(&b, false, text, n, final, BRACKET_OPEN, BRACKET_CLOSE);
+        break;
     case REASONING_HARMONY: split_harmony(&b, text, n, final); break;
     case REASONING_RECIPIENTS: split_recipients(&b, text, n, final); break;
     default: put(&b, &b.content, text, n); break;

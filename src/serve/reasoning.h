@@ -11,6 +11,10 @@
  *            inside it. A block never closed (the reply was cut short) is
  *            all reasoning. The reasoning is trimmed of surrounding
  *            whitespace, the answer of its leading whitespace.
+ *   THINK_BRACKET  [THINK]REASONING[/THINK]ANSWER, as THINK (Ministral 3
+ *            Reasoning, Magistral; the markers are control tokens there,
+ *            which the server keeps as text for the split:
+ *            reasoning_markers)
  *   HARMONY  gpt-oss's messages: [<|start|>assistant]<|channel|>CHANNEL
  *            [ to=RECIPIENT][ <|constrain|>json]<|message|>BODY, each
  *            ended by <|end|>, <|return|>, <|call|>, the next message or
@@ -47,11 +51,17 @@ typedef enum reasoning_format {
     REASONING_THINK,
     REASONING_HARMONY,
     REASONING_RECIPIENTS,
+    REASONING_THINK_BRACKET,
 } reasoning_format;
 
 /* The reasoning syntax of the model whose chat template is tmpl
  * (NUL-terminated; NULL: ChatML, none). */
 reasoning_format reasoning_detect(const char *tmpl);
+
+/* The marker texts format f splits on ([n]; NULL when none): a server
+ * keeps those that are control tokens of its vocabulary in the text it
+ * detokenizes (textgen_keep), or the split would never see them. */
+const char *const *reasoning_markers(reasoning_format f, size_t *n);
 
 /* Whether a rendered prompt[0..n) leaves the model inside a reasoning
  * block (it ends with <think> and optional whitespace). */

@@ -165,6 +165,11 @@ static int release(textgen *tg, sbuf *out, bool final)
     return rc;
 }
 
+void textgen_keep(textgen *tg, const int32_t *ids, size_t n)
+{
+    tok_stream_keep(&tg->st, ids, n);
+}
+
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
 {
     if (tg->ended) return 0;

@@ -65,6 +65,10 @@ typedef struct textgen {
  * sequence; nothing of it is output. stops are borrowed (must outlive tg). */
 int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_prompt,
                  const char *const *stops, size_t n_stops, strata_err *err);
+/* Control tokens ids[0..n) (borrowed) come out as their text
+ * (tok_stream_keep): the markers the request's reply format parses. Call
+ * after textgen_init, before the first textgen_push. */
+void textgen_keep(textgen *tg, const int32_t *ids, size_t n);
 /* Feeds one generated id; appends releasable text to out. After it returns
  * with tg->ended set, further ids are ignored. */
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err);

@@ -19,6 +19,7 @@
 #define LLAMA3_TAG "<|python_tag|>"
 #define MISTRAL_TAG "[TOOL_CALLS]"
 #define MISTRAL_ARGS "[ARGS]"
+#define MISTRAL_CALL_ID "[CALL_ID]"
 #define FUNC_OPEN "<function="
 #define FUNC_CLOSE "</function>"
 #define FIRE_TAG "functools["
@@ -80,6 +81,25 @@ tool_format tool_format_detect(const char *tmpl, const char **family)
     }
     if (family != NULL) *family = fam;
     return f;
+}
+
+const char *const *tool_calls_markers(tool_format f, size_t *n)
+{
+    static const char *const hermes[] = {HERMES_OPEN, HERMES_CLOSE};
+    static const char *const llama3[] = {LLAMA3_TAG};
+    static const char *const mistral[] = {MISTRAL_TAG, MISTRAL_ARGS, MISTRAL_CALL_ID};
+    static const char *const deepseek[] = {DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP};
+    static const char *const harmony[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                          "<|call|>", "<|constrain|>"};
+    switch (f) {
+    case TOOL_FORMAT_HERMES:
+    case TOOL_FORMAT_XML: *n = 2; return hermes;
+    case TOOL_FORMAT_LLAMA3: *n = 1; return llama3;
+    case TOOL_FORMAT_MISTRAL: *n = 3; return mistral;
+    case TOOL_FORMAT_DEEPSEEK: *n = 5; return deepseek;
+    case TOOL_FORMAT_HARMONY: *n = sizeof(harmony) / sizeof(harmony[0]); return harmony;
+    default: *n = 0; return NULL;
+    }
 }
 
 /* --- parsing --- */
@@ -384,14 +404,16 @@ static bool parse_mistral(cursor *c, calls *cs)
             json_decref(a);
             if (!ok) return false;
         } else {
-            /* name[ARGS]{...}; each call has its own [TOOL_CALLS] */
+            /* name[ARGS]{...} (name[CALL_ID]id[ARGS]{...} in some
+             * versions); each call has its own [TOOL_CALLS] */
             size_t k = find(c->s + c->p, c->n - c->p, MISTRAL_ARGS);
             if (k == c->n - c->p) return false;
             const char *name = c->s + c->p;
+            size_t n_name = find(name, k, MISTRAL_CALL_ID);
             c->p += k + strlen(MISTRAL_ARGS);
             skip_ws(c);
             json_t *o = take_json(c);
-            bool ok = calls_add(cs, name, k, o);
+            bool ok = calls_add(cs, name, n_name, o);
             json_decref(o);
             if (!ok) return false;
         }

@@ -73,6 +73,12 @@ typedef enum tool_format {
  * "kimi", "harmony", "minimax"). */
 tool_format tool_format_detect(const char *tmpl, const char **family);
 
+/* The marker texts format f's calls are written with ([n]; NULL when
+ * none): a server keeps those that are control tokens of its vocabulary
+ * (Mistral's [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>,
+ * DeepSeek's) in the text it detokenizes, so the parser sees them. */
+const char *const *tool_calls_markers(tool_format f, size_t *n);
+
 /* One parsed call. */
 typedef struct tool_call {
     char *name;      /* malloc'd */

@@ -264,6 +264,20 @@ void tok_stream_init(tok_stream *s, const vocab *v, unsigned flags)
     s->held_eos = -1;
 }
 
+void tok_stream_keep(tok_stream *s, const int32_t *ids, size_t n)
+{
+    s->keep = ids;
+    s->n_keep = ids != NULL ? n : 0;
+}
+
+static bool kept(const tok_stream *s, int32_t id)
+{
+    for (size_t i = 0; i < s->n_keep; i++) {
+        if (s->keep[i] == id) return true;
+    }
+    return false;
+}
+
 void tok_stream_free(tok_stream *s)
 {
     free(s->buf);
@@ -293,7 +307,7 @@ static int stream_emit(tok_stream *s, int32_t id, size_t *n)
     char *out = s->buf + *n;
     memcpy(out, s->pending, s->n_pending);
     size_t k = s->n_pending;
-    size_t piece = piece_into(v, id, (s->flags & TOK_DETOK_SPECIAL) != 0, out + k);
+    size_t piece = piece_into(v, id, (s->flags & TOK_DETOK_SPECIAL) != 0 || kept(s, id), out + k);
     if (strips_space(v, s->flags) && !s->seen_text && is_text_token(v, id)) {
         s->seen_text = true;
         if (piece > 0 && out[k] == ' ') {

@@ -117,9 +117,17 @@ typedef struct tok_stream {
     size_t n_pending;
     char *buf; /* what the last call handed out; owned by the stream */
     size_t buf_cap;
+    const int32_t *keep; /* tok_stream_keep: ids rendered as text anyway; borrowed */
+    size_t n_keep;
 } tok_stream;
 
 void tok_stream_init(tok_stream *s, const vocab *v, unsigned flags);
+
+/* Control tokens ids[0..n) (borrowed: they must outlive the stream) are
+ * rendered as their text even without TOK_DETOK_SPECIAL: the markers a
+ * reply format needs to see (gpt-oss's <|channel|>, Mistral's
+ * [TOOL_CALLS]), kept while other control tokens still give nothing. */
+void tok_stream_keep(tok_stream *s, const int32_t *ids, size_t n);
 
 /* Feeds one id. On success *text and *n_text are the bytes ready now (possibly
  * none), valid until the next call on s. STRATA_EINVAL for a bad id,

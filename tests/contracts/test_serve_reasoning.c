@@ -346,6 +346,14 @@ static const rcase k_func32[] = {
     {"w\n{}", "," TOOLS ",\"tool_choice\":\"required\"", NULL, NULL, "w", "{}"},
 };
 
+/* Ministral 3 Reasoning: [THINK]...[/THINK] (text tokens in this
+ * vocabulary; control tokens in Ministral's own, kept as text by the
+ * server: tests/serve/test_markers.c) */
+static const rcase k_ministral[] = {
+    {"[THINK]Let me see.[/THINK]It is 4.", "", "Let me see.", "It is 4.", NULL, NULL},
+    {"[THINK]x[/THINK]y", ",\"reasoning_format\":\"none\"", NULL, "[THINK]x[/THINK]y", NULL, NULL},
+};
+
 /* firefunction v2: functools[...] */
 static const rcase k_fire[] = {
     {"Hello.", "", NULL, "Hello.", NULL, NULL},
@@ -442,6 +450,12 @@ static void test_through_the_server(void **state)
     if (template_path(f31, sizeof(f31), "meetkai-functionary-medium-v3.1")) {
         port = start(f31, false, "f31", log, sizeof(log));
         for (size_t i = 0; i < sizeof(k_func31) / sizeof(k_func31[0]); i++) check_case(port, &k_func31[i]);
+        st_stop(g_live_pid, log);
+    }
+    char mini[4096];
+    if (template_path(mini, sizeof(mini), "mistralai-Ministral-3-14B-Reasoning-2512")) {
+        port = start(mini, false, "mini", log, sizeof(log));
+        for (size_t i = 0; i < sizeof(k_ministral) / sizeof(k_ministral[0]); i++) check_case(port, &k_ministral[i]);
         st_stop(g_live_pid, log);
     }
     char fire[4096];

@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (n <= 4096) check(sent <= p.n_content && memcmp(p.content, text, sent) == 0);
     tool_parsed_free(&p);
-    check_reasoning((reasoning_format)((data[0] >> 4) % (REASONING_RECIPIENTS + 1)), (data[0] & 0x80) != 0,
+    check_reasoning((reasoning_format)((data[0] >> 4) % (REASONING_THINK_BRACKET + 1)), (data[0] & 0x80) != 0,
                     text, n);
     return 0;
 }

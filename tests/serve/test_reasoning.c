@@ -35,6 +35,7 @@ static void test_detect_real_templates(void **state)
         {"HuggingFaceTB-SmolLM3-3B", REASONING_THINK},
         {"openai-gpt-oss-120b", REASONING_HARMONY},
         {"meetkai-functionary-medium-v3.2", REASONING_RECIPIENTS},
+        {"mistralai-Ministral-3-14B-Reasoning-2512", REASONING_THINK_BRACKET},
         {"meetkai-functionary-medium-v3.1", REASONING_NONE},
         {"meta-llama-Llama-3.1-8B-Instruct", REASONING_NONE},
         {"Qwen-Qwen2.5-7B-Instruct", REASONING_NONE},
@@ -128,6 +129,11 @@ static const scase k_cases[] = {
     /* a recipient with no name is no call (fuzz_tool_calls) */
     {REASONING_HARMONY, false, "<|channel|>commentary to=<|message|>{}", "", "{}", NULL, NULL},
     {REASONING_HARMONY, false, "<|channel|>commentary to=functions.a/b<|message|>{}", "", "{}", NULL, NULL},
+    /* THINK_BRACKET (Ministral 3 Reasoning) */
+    {REASONING_THINK_BRACKET, false, "[THINK]Let me see.[/THINK]It is 4.", "Let me see.", "It is 4.", NULL, NULL},
+    {REASONING_THINK_BRACKET, false, "It is 4.", "", "It is 4.", NULL, NULL},
+    {REASONING_THINK_BRACKET, false, "[THINK]cut", "cut", "", NULL, NULL},
+    {REASONING_THINK_BRACKET, false, "<think>x</think>y", "", "<think>x</think>y", NULL, NULL},
     /* RECIPIENTS (functionary v3.2; the prompt ended with ">>>") */
     {REASONING_RECIPIENTS, false, "all\nHello there.", "", "Hello there.", NULL, NULL},
     {REASONING_RECIPIENTS, false, "all\nLet me check.\n>>>get_weather\n{\"city\": \"Paris\"}", "", "Let me check.",

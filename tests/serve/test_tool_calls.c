@@ -145,6 +145,9 @@ static const pcase k_cases[] = {
     {TOOL_FORMAT_XML, "<tool_call><function=a><parameter=c>x</parameter></function>", "<tool_call><function=a><parameter=c>x</parameter></function>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_XML, "<tool_call><function=a b></function></tool_call>", "<tool_call><function=a b></function></tool_call>", 0, NULL, NULL, NULL, NULL},
     {TOOL_FORMAT_XML, "<tool_call><function=a><x>1</x></function></tool_call>", "<tool_call><function=a><x>1</x></function></tool_call>", 0, NULL, NULL, NULL, NULL},
+    /* Mistral's name[CALL_ID]id[ARGS]{...} */
+    {TOOL_FORMAT_MISTRAL, "[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{\"city\": \"Oslo\"}", "", 1, "get_weather",
+     "{\"city\":\"Oslo\"}", NULL, NULL},
     /* functionary v3.1 */
     {TOOL_FORMAT_FUNCTIONARY, "<function=get_weather>{\"city\": \"Paris\"}</function>", "", 1, "get_weather",
      "{\"city\":\"Paris\"}", NULL, NULL},
