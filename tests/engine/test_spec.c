@@ -796,7 +796,8 @@ static void test_gate_model_costs(void **state)
 {
     (void)state;
     job jobs[16];
-    int n = stories_jobs(jobs, 16, 160);
+    /* (shorter under sanitizers: the counts below still hold at 96) */
+    int n = stories_jobs(jobs, 16, TEST_SANITIZED ? 96 : 160);
     engine_params plain = {.n_slots = 1, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
     et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
     engine_params p = plain;
@@ -850,7 +851,7 @@ static void test_gate_exact(void **state)
     engine_params plain = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
     et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
     for (int src = 0; src < 2; src++) {
-        for (int slots = 1; slots <= 4; slots += 3) {
+        for (int slots = 1; slots <= 4; slots += 3 * SP_CFG_STEP) {
             engine_params p = plain;
             p.n_slots = slots;
             p.draft_gate = true;
