@@ -361,10 +361,9 @@ static bool parse_functionary(cursor *c, calls *cs)
     return cs->n > 0;
 }
 
-/* functools[{...}, ...]: one list of {"name", "arguments"} objects */
-static bool parse_firefunction(cursor *c, calls *cs)
+/* A JSON list of {"name", "arguments"} objects at the cursor, each a call. */
+static bool take_call_list(cursor *c, calls *cs)
 {
-    if (!eat(c, "functools")) return false;
     json_t *a = take_json(c);
     bool ok = json_is_array(a) && json_array_size(a) > 0;
     size_t i;
@@ -374,6 +373,12 @@ static bool parse_firefunction(cursor *c, calls *cs)
     }
     json_decref(a);
     return ok;
+}
+
+/* functools[{...}, ...]: one list of calls */
+static bool parse_firefunction(cursor *c, calls *cs)
+{
+    return eat(c, "functools") && take_call_list(c, cs);
 }
 
 static bool parse_llama3(cursor *c, calls *cs)
@@ -394,15 +399,7 @@ static bool parse_mistral(cursor *c, calls *cs)
     while (eat(c, MISTRAL_TAG)) {
         skip_ws(c);
         if (at(c, "[")) {
-            json_t *a = take_json(c);
-            bool ok = json_is_array(a) && json_array_size(a) > 0;
-            size_t i;
-            json_t *o;
-            json_array_foreach(a, i, o) {
-                if (ok && !(json_is_object(o) && add_object(cs, o))) ok = false;
-            }
-            json_decref(a);
-            if (!ok) return false;
+            if (!take_call_list(c, cs)) return false;
         } else {
             /* name[ARGS]{...} (name[CALL_ID]id[ARGS]{...} in some
              * versions); each call has its own [TOOL_CALLS] */

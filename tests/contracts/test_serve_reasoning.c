@@ -440,34 +440,24 @@ static void test_through_the_server(void **state)
     port = start(oss, false, "oss", log, sizeof(log));
     for (size_t i = 0; i < sizeof(k_harmony) / sizeof(k_harmony[0]); i++) check_case(port, &k_harmony[i]);
     st_stop(g_live_pid, log);
-    char q35[4096];
-    if (template_path(q35, sizeof(q35), "Qwen3.5-4B")) {
-        port = start(q35, false, "q35", log, sizeof(log));
-        for (size_t i = 0; i < sizeof(k_qwen35) / sizeof(k_qwen35[0]); i++) check_case(port, &k_qwen35[i]);
-        st_stop(g_live_pid, log);
-    }
-    char f31[4096];
-    if (template_path(f31, sizeof(f31), "meetkai-functionary-medium-v3.1")) {
-        port = start(f31, false, "f31", log, sizeof(log));
-        for (size_t i = 0; i < sizeof(k_func31) / sizeof(k_func31[0]); i++) check_case(port, &k_func31[i]);
-        st_stop(g_live_pid, log);
-    }
-    char mini[4096];
-    if (template_path(mini, sizeof(mini), "mistralai-Ministral-3-14B-Reasoning-2512")) {
-        port = start(mini, false, "mini", log, sizeof(log));
-        for (size_t i = 0; i < sizeof(k_ministral) / sizeof(k_ministral[0]); i++) check_case(port, &k_ministral[i]);
-        st_stop(g_live_pid, log);
-    }
-    char fire[4096];
-    if (template_path(fire, sizeof(fire), "fireworks-ai-llama-3-firefunction-v2")) {
-        port = start(fire, false, "fire", log, sizeof(log));
-        for (size_t i = 0; i < sizeof(k_fire) / sizeof(k_fire[0]); i++) check_case(port, &k_fire[i]);
-        st_stop(g_live_pid, log);
-    }
-    char f32[4096];
-    if (template_path(f32, sizeof(f32), "meetkai-functionary-medium-v3.2")) {
-        port = start(f32, false, "f32", log, sizeof(log));
-        for (size_t i = 0; i < sizeof(k_func32) / sizeof(k_func32[0]); i++) check_case(port, &k_func32[i]);
+    static const struct {
+        const char *file, *tag;
+        const rcase *cases;
+        size_t n;
+    } more[] = {
+#define CASES(file, tag, arr) {file, tag, arr, sizeof(arr) / sizeof(arr[0])}
+        CASES("Qwen3.5-4B", "q35", k_qwen35),
+        CASES("meetkai-functionary-medium-v3.1", "f31", k_func31),
+        CASES("mistralai-Ministral-3-14B-Reasoning-2512", "mini", k_ministral),
+        CASES("fireworks-ai-llama-3-firefunction-v2", "fire", k_fire),
+        CASES("meetkai-functionary-medium-v3.2", "f32", k_func32),
+#undef CASES
+    };
+    for (size_t t = 0; t < sizeof(more) / sizeof(more[0]); t++) {
+        char path[4096];
+        if (!template_path(path, sizeof(path), more[t].file)) continue;
+        port = start(path, false, more[t].tag, log, sizeof(log));
+        for (size_t i = 0; i < more[t].n; i++) check_case(port, &more[t].cases[i]);
         st_stop(g_live_pid, log);
     }
     /* --reasoning-format none: whole, unless a request asks */
