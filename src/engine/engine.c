@@ -1187,7 +1187,7 @@ static int64_t spec_gate(engine *e, engine_req *r, int64_t cap, double draft_ms)
     int k = spec_cost_pick(&e->cost, e->plan_n0, e->plan_out, p, draft_ms, (int)cap,
                            e->draft_min);
     if (k == 0) spec_accept_idle(&r->acc_est);
-    if (k < cap) {
+    if (k < cap && strata_log_enabled(STRATA_LOG_DEBUG)) {
         double t0 = 0.0, tk = 0.0;
         spec_cost_time(&e->cost, e->plan_n0, e->plan_n0 - cap, e->plan_n0 + cap, &t0);
         spec_cost_time(&e->cost, e->plan_n0 + cap, e->plan_n0 - cap, e->plan_n0 + cap, &tk);

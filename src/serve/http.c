@@ -477,7 +477,6 @@ static void gen_run_free(gen_run *gr)
     free(gr);
 }
 
-
 /* Sets up one engine request per choice (or embeddings input), all
  * signalling gr->w. 0, or -1 (out of memory, or a prompt the detokenizer
  * cannot take). */
