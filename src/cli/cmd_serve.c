@@ -16,7 +16,9 @@
 #include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "serve/pool.h"
+#include "serve/reasoning.h"
 #include "serve/server.h"
+#include "serve/tool_calls.h"
 #include "text/chat_template.h"
 #include "text/vocab.h"
 
@@ -325,6 +327,19 @@ int cmd_serve(int argc, char **argv)
     }
     gguf_close(g);
     g = NULL;
+    {
+        /* what the server makes of the template's replies (README "Tool calls", "Reasoning") */
+        static const char *const split_names[] = {
+            [REASONING_NONE] = "none", [REASONING_THINK] = "<think> blocks",
+            [REASONING_HARMONY] = "harmony channels", [REASONING_RECIPIENTS] = ">>> recipients",
+            [REASONING_THINK_BRACKET] = "[THINK] blocks"};
+        const char *family = NULL;
+        tool_format tf = tool_format_detect(tmpl, &family);
+        reasoning_format rf = reasoning_detect(tmpl);
+        LOG_INFO("chat template: tool calls in the %s syntax%s; replies split: %s", family,
+                 tf == TOOL_FORMAT_UNSUPPORTED ? " (not implemented: requests with tools are refused)" : "",
+                 split_names[rf]);
+    }
 
     /* The engines: this same binary (`strata engine`) unless --engine. */
     char self[PATH_MAX];

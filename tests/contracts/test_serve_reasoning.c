@@ -444,13 +444,16 @@ static void test_through_the_server(void **state)
         const char *file, *tag;
         const rcase *cases;
         size_t n;
+        const char *log_line;
     } more[] = {
-#define CASES(file, tag, arr) {file, tag, arr, sizeof(arr) / sizeof(arr[0])}
-        CASES("Qwen3.5-4B", "q35", k_qwen35),
-        CASES("meetkai-functionary-medium-v3.1", "f31", k_func31),
-        CASES("mistralai-Ministral-3-14B-Reasoning-2512", "mini", k_ministral),
-        CASES("fireworks-ai-llama-3-firefunction-v2", "fire", k_fire),
-        CASES("meetkai-functionary-medium-v3.2", "f32", k_func32),
+#define CASES(file, tag, arr, line) {file, tag, arr, sizeof(arr) / sizeof(arr[0]), line}
+        CASES("Qwen3.5-4B", "q35", k_qwen35, "tool calls in the qwen3-xml syntax; replies split: <think> blocks"),
+        CASES("meetkai-functionary-medium-v3.1", "f31", k_func31, "tool calls in the functionary syntax; replies split: none"),
+        CASES("mistralai-Ministral-3-14B-Reasoning-2512", "mini", k_ministral,
+              "tool calls in the mistral syntax; replies split: [THINK] blocks"),
+        CASES("fireworks-ai-llama-3-firefunction-v2", "fire", k_fire, "tool calls in the firefunction syntax"),
+        CASES("meetkai-functionary-medium-v3.2", "f32", k_func32,
+              "tool calls in the functionary-v3.2 syntax; replies split: >>> recipients"),
 #undef CASES
     };
     for (size_t t = 0; t < sizeof(more) / sizeof(more[0]); t++) {
@@ -459,6 +462,14 @@ static void test_through_the_server(void **state)
         port = start(path, false, more[t].tag, log, sizeof(log));
         for (size_t i = 0; i < more[t].n; i++) check_case(port, &more[t].cases[i]);
         st_stop(g_live_pid, log);
+        /* the start-up log names what the server makes of the template */
+        size_t n_log = 0;
+        char *raw = testdata_read_file(log, &n_log);
+        assert_non_null(raw);
+        char *text = strndup(raw, n_log);
+        free(raw);
+        if (strstr(text, more[t].log_line) == NULL) fail_msg("%s: no '%s' in the log", more[t].file, more[t].log_line);
+        free(text);
     }
     /* --reasoning-format none: whole, unless a request asks */
     port = start(qwen, true, "off", log, sizeof(log));
