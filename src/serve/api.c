@@ -996,13 +996,12 @@ static int template_extra(const char *tmpl, json_t *o, const json_t *tools, json
     return 0;
 }
 
-/* Whether template tmpl shows a system message: a probe conversation (a
- * system message, then a user one) renders without error and its prompt
- * holds the system text. Gemma 2's template raises on a system message,
- * some drop it. */
-static bool template_takes_system(const char *tmpl, const chat_template_opts *o)
+bool api_template_takes_system(const char *tmpl, const char *bos, const char *eos)
 {
     static const char needle[] = "<strata system probe 7f3a>";
+    if (tmpl == NULL) tmpl = k_chatml;
+    chat_template_opts opts = {.add_generation_prompt = true, .bos_token = bos, .eos_token = eos};
+    const chat_template_opts *o = &opts;
     json_t *probe = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", needle, "role",
                               "user", "content", "Hello");
     if (probe == NULL) return true;
@@ -1016,11 +1015,12 @@ static bool template_takes_system(const char *tmpl, const chat_template_opts *o)
     return ok;
 }
 
-/* For a template that does not take system messages (above), what
- * llama-server does: system texts join (by "\n") the next user message's
- * content ahead of it ("SYSTEM\nUSER"); one followed by another role, or
- * by nothing, becomes a user message of its own. msgs is changed in
- * place. 0, or -1 out of memory. */
+/* For a template that does not take system messages (api_env.merge_system,
+ * from api_template_takes_system), what llama-server does: system texts
+ * join (by "\n") the next user message's content ahead of it
+ * ("SYSTEM\nUSER"); one followed by another role, or by nothing, becomes a
+ * user message of its own. msgs is changed in place. 0, or -1 out of
+ * memory. */
 static int merge_system_messages(json_t *msgs)
 {
     json_t *out = json_array();
@@ -1136,12 +1136,7 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     }
     chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
                                .eos_token = env->eos, .tools = tools, .extra = extra};
-    bool has_system = false;
-    json_array_foreach(norm, i, m) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        has_system = has_system || (role != NULL && strcmp(role, "system") == 0);
-    }
-    if (has_system && !template_takes_system(tmpl, &opts) && merge_system_messages(norm) != 0) {
+    if (env->merge_system && merge_system_messages(norm) != 0) {
         json_decref(norm);
         json_decref(extra);
         return api_fail(e, 500, "out_of_memory", "out of memory");

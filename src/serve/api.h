@@ -57,7 +57,16 @@ typedef struct api_env {
     int64_t n_ctx;             /* per request; 0 when unknown */
     bool reasoning_off;        /* `strata serve --reasoning-format none`: replies are not
                                   split into reasoning and content unless a request asks */
+    bool merge_system;         /* the template takes no system message
+                                  (api_template_takes_system, asked once at start): system
+                                  texts join the next user message */
 } api_env;
+
+/* Whether chat template tmpl (NULL: ChatML) shows a system message: a
+ * probe conversation (a system message, then a user one) renders without
+ * error and its prompt holds the system text. Gemma 2's template raises on
+ * a system message; some drop it. A server asks once, at start. */
+bool api_template_takes_system(const char *tmpl, const char *bos, const char *eos);
 
 
 /* The most choices (`n`) of one request, and inputs of one /v1/embeddings

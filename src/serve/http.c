@@ -49,6 +49,7 @@ struct server {
     metrics m;
     struct MHD_Daemon *d;
     int port;
+    bool merge_system;   /* api_env.merge_system, asked of the template once */
     atomic_int active;
     atomic_bool quiescing, aborting;
     atomic_ullong next_serial;
@@ -146,7 +147,7 @@ static api_env make_env(server *s)
     pool_get_info(s->p, &pi);
     return (api_env){.voc = s->cfg.voc, .chat_template = s->cfg.chat_template, .bos = s->cfg.bos,
                      .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx,
-                     .reasoning_off = s->cfg.reasoning_off};
+                     .reasoning_off = s->cfg.reasoning_off, .merge_system = s->merge_system};
 }
 
 /* --- waiting on a request's engine requests --- */
@@ -1160,6 +1161,7 @@ int server_start(server **out, const server_config *c, pool *p, strata_err *err)
     if (s == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     s->cfg = *c;
     s->p = p;
+    s->merge_system = !api_template_takes_system(c->chat_template, c->bos, c->eos);
     metrics_init(&s->m);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
     if (inet_pton(AF_INET, c->host ? c->host : "127.0.0.1", &addr.sin_addr) != 1) {

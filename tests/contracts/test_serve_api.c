@@ -202,8 +202,10 @@ static void test_embedding_input_forms(void **state)
  * NULL with the error's message in msg. */
 static int32_t *chat_prompt(const char *tmpl, const char *body, size_t *n, char *msg, size_t cap)
 {
+    /* as a server sets it up: the template asked once whether it takes system messages */
     api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 4096, .chat_template = tmpl,
-                   .bos = "<bos>", .eos = "<eos>"};
+                   .bos = "<bos>", .eos = "<eos>",
+                   .merge_system = !api_template_takes_system(tmpl, "<bos>", "<eos>")};
     api_gen g;
     api_error e;
     if (api_parse_gen(&env, API_CHAT, body, strlen(body), &g, &e) != 0) {
@@ -245,6 +247,8 @@ static void test_system_messages_merged(void **state)
     assert_non_null(raw);
     char *gemma = strndup(raw, n);
     free(raw);
+    assert_false(api_template_takes_system(gemma, "<bos>", "<eos>"));
+    assert_true(api_template_takes_system(NULL, "<bos>", "<eos>"));
 #define U(c) "{\"role\":\"user\",\"content\":\"" c "\"}"
 #define S(c) "{\"role\":\"system\",\"content\":\"" c "\"}"
 #define A(c) "{\"role\":\"assistant\",\"content\":\"" c "\"}"
