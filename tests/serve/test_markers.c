@@ -19,6 +19,7 @@
 #include "serve/textgen.h"
 #include "serve/tool_calls.h"
 #include "text/vocab.h"
+#include "vocab_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,19 +52,8 @@ static vocab *make_vocab(void)
     assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, N_TOKENS, types, NULL), 0);
     assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1, NULL), 0);
     assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2, NULL), 0);
-    char *buf = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&buf, &size);
-    assert_non_null(f);
-    assert_int_equal(gguf_writer_write(w, f, "mem", NULL), 0);
-    fclose(f);
-    gguf_writer_free(w);
-    gguf *g;
-    assert_int_equal(gguf_open_buffer(&g, buf, size, "mem.gguf", NULL), 0);
     vocab *v = NULL;
-    assert_int_equal(vocab_load(&v, g, NULL), 0);
-    gguf_close(g);
-    free(buf);
+    assert_int_equal(tu_vocab_from_writer(w, &v, NULL), 0);
     return v;
 }
 

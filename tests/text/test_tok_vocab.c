@@ -15,6 +15,7 @@
 #include "testdata.h"
 #include "text/tokenizer.h"
 #include "text/vocab_internal.h" /* to switch off SentencePiece's word cuts */
+#include "vocab_testutil.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -56,19 +57,7 @@ static int load_spec(const vspec *s, vocab **v, strata_err *err)
         assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.merges", s->n_merges, s->merges, NULL), 0);
     }
     if (s->extra) s->extra(w);
-    char *buf = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&buf, &size);
-    assert_non_null(f);
-    assert_int_equal(gguf_writer_write(w, f, "mem", NULL), 0);
-    fclose(f);
-    gguf_writer_free(w);
-    gguf *g;
-    assert_int_equal(gguf_open_buffer(&g, buf, size, "mem.gguf", NULL), 0);
-    int rc = vocab_load(v, g, err);
-    gguf_close(g);
-    free(buf); /* the vocab keeps its own copy */
-    return rc;
+    return tu_vocab_from_writer(w, v, err);
 }
 
 static size_t tokenize(const vocab *v, const char *s, bool add_special, bool parse_special, int32_t *ids,
