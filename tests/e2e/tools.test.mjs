@@ -36,6 +36,11 @@ const tools = [
   { type: 'function', function: { name: 'get_weather', description: 'Current weather of a city', parameters: weather } },
   { type: 'function', function: { name: 'web_search', description: 'Search the web', parameters: search } },
 ];
+// A forced call of one of the tools (each test adds its seed and changes).
+const base = {
+  model: MODEL_NAME, messages: [{ role: 'user', content: 'What is the weather in Paris?' }], max_tokens: 300,
+  temperature: 1, tools, tool_choice: 'required', parallel_tool_calls: false,
+};
 const ajv = new Ajv();
 const validators = { get_weather: ajv.compile(weather), web_search: ajv.compile(search) };
 
@@ -86,10 +91,6 @@ describe('tool calls', { skip: skip ?? false }, () => {
     if (server) assert.equal(await server.stop(), 0, 'strata serve exits 0 on SIGTERM');
   });
 
-  const base = {
-    model: MODEL_NAME, messages: [{ role: 'user', content: 'What is the weather in Paris?' }], max_tokens: 300,
-    temperature: 1, tools, tool_choice: 'required', parallel_tool_calls: false,
-  };
 
   test('required: every reply is one valid call of a declared function', async () => {
     for (let seed = 1; seed <= 6; seed++) {
@@ -200,10 +201,6 @@ describe('tool calls in the XML syntax', { skip: skip ?? false }, () => {
     if (server) assert.equal(await server.stop(), 0, 'strata serve exits 0 on SIGTERM');
   });
 
-  const base = {
-    model: MODEL_NAME, messages: [{ role: 'user', content: 'What is the weather in Paris?' }], max_tokens: 300,
-    temperature: 1, tools, tool_choice: 'required', parallel_tool_calls: false,
-  };
 
   test('required: one valid call, typed by the schema, streamed the same', async () => {
     for (let seed = 1; seed <= 4; seed++) {
