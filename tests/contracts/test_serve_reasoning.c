@@ -63,6 +63,17 @@ static int parse(const api_env *env, const char *body, api_gen *g, api_error *e)
     return api_parse_gen(env, API_CHAT, body, strlen(body), g, e);
 }
 
+/* The reply split body's request gets (it must parse). */
+static reasoning_format reasoning_of(const api_env *env, const char *body)
+{
+    api_gen g;
+    api_error e;
+    if (parse(env, body, &g, &e) != 0) fail_msg("%s: %s", body, e.message);
+    reasoning_format f = g.reasoning;
+    api_gen_free(&g);
+    return f;
+}
+
 static void test_parse(void **state)
 {
     (void)state;
@@ -82,27 +93,17 @@ static void test_parse(void **state)
     assert_int_equal(g.reasoning, REASONING_THINK);
     assert_false(g.reasoning_open);
     api_gen_free(&g);
-    assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"none\"}", &g, &e), 0);
-    assert_int_equal(g.reasoning, REASONING_NONE);
-    api_gen_free(&g);
-    assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"deepseek\"}", &g, &e), 0);
-    assert_int_equal(g.reasoning, REASONING_THINK);
-    api_gen_free(&g);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"reasoning_format\":\"none\"}"), REASONING_NONE);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"reasoning_format\":\"deepseek\"}"), REASONING_THINK);
     assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"loud\"}", &g, &e), -1);
     assert_int_equal(e.status, 400);
     assert_non_null(strstr(e.message, "`reasoning_format`"));
     /* a reply held to a grammar from its first token has no reasoning */
-    assert_int_equal(parse(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
-    assert_int_equal(g.reasoning, REASONING_NONE);
-    api_gen_free(&g);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}"), REASONING_NONE);
     /* the server's switch, and a request that overrides it */
     env.reasoning_off = true;
-    assert_int_equal(parse(&env, "{" MSGS "}", &g, &e), 0);
-    assert_int_equal(g.reasoning, REASONING_NONE);
-    api_gen_free(&g);
-    assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"auto\"}", &g, &e), 0);
-    assert_int_equal(g.reasoning, REASONING_THINK);
-    api_gen_free(&g);
+    assert_int_equal(reasoning_of(&env, "{" MSGS "}"), REASONING_NONE);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"reasoning_format\":\"auto\"}"), REASONING_THINK);
     env.reasoning_off = false;
     /* reasoning_effort: Qwen3's template does not read it */
     assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_effort\":\"low\"}", &g, &e), -1);
@@ -180,12 +181,8 @@ static void test_parse(void **state)
     char *f32 = read_template("meetkai-functionary-medium-v3.2");
     if (f32 != NULL) {
         env.chat_template = f32;
-        assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"none\"}", &g, &e), 0);
-        assert_int_equal(g.reasoning, REASONING_RECIPIENTS);
-        api_gen_free(&g);
-        assert_int_equal(parse(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
-        assert_int_equal(g.reasoning, REASONING_NONE);
-        api_gen_free(&g);
+        assert_int_equal(reasoning_of(&env, "{" MSGS ",\"reasoning_format\":\"none\"}"), REASONING_RECIPIENTS);
+        assert_int_equal(reasoning_of(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}"), REASONING_NONE);
         assert_int_equal(parse(&env, "{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &g, &e), 0);
         assert_int_equal(g.tool_fmt, TOOL_FORMAT_RECIPIENTS);
         assert_int_equal(g.reasoning, REASONING_RECIPIENTS);
