@@ -188,16 +188,24 @@ static const char *header_word(const char *h, size_t n, const char *key, size_t 
 
 /* A finished message to functions.NAME: a call when NAME is a function
  * name and its body a JSON object (kept compact), else false. */
-static bool add_call(parts_buf *b, const char *name, size_t n_name, const char *body, size_t n_body)
+/* Whether s[0..n) holds only bytes of a function's name as the API
+ * declares them ([A-Za-z0-9_-]), at most 64 (a name is 1 to 64 of them;
+ * a recipient being written may still be empty). */
+static bool name_bytes_ok(const char *s, size_t n)
 {
-    /* a function's name as the API declares them: 1 to 64 of [A-Za-z0-9_-] */
-    if (n_name == 0 || n_name > 64) return false;
-    for (size_t i = 0; i < n_name; i++) {
-        char c = name[i];
+    if (n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
             return false;
         }
     }
+    return true;
+}
+
+static bool add_call(parts_buf *b, const char *name, size_t n_name, const char *body, size_t n_body)
+{
+    if (n_name == 0 || !name_bytes_ok(name, n_name)) return false;
     json_error_t je;
     json_t *args = json_loadb(body, n_body, 0, &je);
     if (!json_is_object(args)) {
@@ -300,20 +308,6 @@ static void split_harmony(parts_buf *b, const char *t, size_t n, bool final)
 
 /* --- recipients (functionary v3.2) --- */
 
-/* Whether s[0..n) may begin a recipient: "all" or a function name's bytes
- * ([A-Za-z0-9_-], at most 64; add_call holds calls to the same rule). */
-static bool recipient_prefix_ok(const char *s, size_t n)
-{
-    if (n > 64) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
-            return false;
-        }
-    }
-    return true;
-}
-
 static void split_recipients(parts_buf *b, const char *t, size_t n, bool final)
 {
     size_t p = 0;
@@ -323,7 +317,7 @@ static void split_recipients(parts_buf *b, const char *t, size_t n, bool final)
     while (p < n) {
         const char *nl = memchr(t + p, '\n', n - p);
         size_t hn = nl ? (size_t)(nl - (t + p)) : n - p;
-        if (hn == 0 || !recipient_prefix_ok(t + p, hn)) {
+        if (hn == 0 || !name_bytes_ok(t + p, hn)) {
             /* no recipient: the rest is plain content (an empty first
              * line too: the model ignored the framing) */
             if (nl == NULL && hn == 0 && !final) return;

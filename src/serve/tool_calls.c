@@ -89,15 +89,12 @@ const char *const *tool_calls_markers(tool_format f, size_t *n)
     static const char *const llama3[] = {LLAMA3_TAG};
     static const char *const mistral[] = {MISTRAL_TAG, MISTRAL_ARGS, MISTRAL_CALL_ID};
     static const char *const deepseek[] = {DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP};
-    static const char *const harmony[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
-                                          "<|call|>", "<|constrain|>"};
     switch (f) {
     case TOOL_FORMAT_HERMES:
     case TOOL_FORMAT_XML: *n = 2; return hermes;
     case TOOL_FORMAT_LLAMA3: *n = 1; return llama3;
     case TOOL_FORMAT_MISTRAL: *n = 3; return mistral;
     case TOOL_FORMAT_DEEPSEEK: *n = 5; return deepseek;
-    case TOOL_FORMAT_HARMONY: *n = sizeof(harmony) / sizeof(harmony[0]); return harmony;
     default: *n = 0; return NULL;
     }
 }

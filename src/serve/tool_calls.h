@@ -76,7 +76,9 @@ tool_format tool_format_detect(const char *tmpl, const char **family);
 /* The marker texts format f's calls are written with ([n]; NULL when
  * none): a server keeps those that are control tokens of its vocabulary
  * (Mistral's [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>,
- * DeepSeek's) in the text it detokenizes, so the parser sees them. */
+ * DeepSeek's) in the text it detokenizes, so the parser sees them. The
+ * formats parsed with the reply split (HARMONY, RECIPIENTS) have theirs in
+ * reasoning_markers: their calls are always split. */
 const char *const *tool_calls_markers(tool_format f, size_t *n);
 
 /* One parsed call. */
