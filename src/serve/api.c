@@ -572,6 +572,7 @@ static int parse_structured(json_t *o, api_gen *g, api_error *e)
         }
         g->grammar = strdup(json_string_value(gr));
         if (g->grammar == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        g->grammar_given = true;
         return 0;
     }
     if (has_js) return compile_schema(js, "json_schema", g, e);
@@ -740,8 +741,11 @@ static int parse_tools(const api_env *env, json_t *o, api_gen *g, json_t **tools
 
 /* `reasoning_format` (llama-server's field): "auto" or "deepseek" split the
  * reply's reasoning (reasoning.h) into `reasoning_content`, "none" leaves
- * it in `content`; absent, the server's --reasoning-format decides. A
- * reply held to a grammar from its first token has no reasoning; a
+ * it in `content`; absent, the server's --reasoning-format decides. A THINK
+ * reply under the server's grammar (a JSON Schema's, a forced call's) may
+ * reason first: the grammar gets the block in front once the prompt is
+ * rendered (reasoning_grammar). A reply held to a `grammar` as given, or
+ * to any grammar in the other formats, has no reasoning; a
  * harmony or functionary v3.2 reply parsed for calls is always split (its
  * calls are messages), and functionary v3.2's framing is split whatever
  * reasoning_format says. Runs after parse_tools. */
@@ -759,7 +763,9 @@ static int parse_reasoning(const api_env *env, json_t *o, api_gen *g, api_error 
     reasoning_format detected = reasoning_detect(env->chat_template);
     /* functionary v3.2's framing is split whatever the request says */
     g->reasoning = on || detected == REASONING_RECIPIENTS ? detected : REASONING_NONE;
-    if (g->grammar != NULL) g->reasoning = REASONING_NONE;
+    if (g->grammar != NULL && (g->grammar_given || g->reasoning != REASONING_THINK)) {
+        g->reasoning = REASONING_NONE;
+    }
     if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_HARMONY) g->reasoning = REASONING_HARMONY;
     if (g->tool_calls && g->tool_fmt == TOOL_FORMAT_RECIPIENTS) g->reasoning = REASONING_RECIPIENTS;
     return 0;
@@ -1149,6 +1155,17 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     json_decref(extra);
     if (rc != 0) return api_fail(e, 400, "template_error", "cannot render the chat template: %s", err.msg);
     g->reasoning_open = g->reasoning == REASONING_THINK && reasoning_prompt_open(prompt, prompt_len);
+    if (g->grammar != NULL && g->reasoning == REASONING_THINK && !reasoning_prompt_closed(prompt, prompt_len)) {
+        /* the answer's grammar after the reasoning block (unless the
+         * template closed it, turning reasoning off) */
+        char *wrapped = NULL;
+        if (reasoning_grammar(g->grammar, g->reasoning_open, &wrapped) != 0) {
+            free(prompt);
+            return api_fail(e, 500, "out_of_memory", "out of memory");
+        }
+        free(g->grammar);
+        g->grammar = wrapped;
+    }
     /* The rendered prompt carries its own BOS when the template writes one. */
     bool add_special = env->bos == NULL || env->bos[0] == '\0' ||
                        strncmp(prompt, env->bos, strlen(env->bos)) != 0;

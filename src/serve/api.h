@@ -98,7 +98,11 @@ typedef struct api_gen {
                                        prefix cache is not used (protocol `cache` false) */
     char *grammar;                  /* GBNF the output must match (protocol `grammar`):
                                        `grammar` as given, or compiled from `json_schema` /
-                                       `response_format`; NULL: none. malloc'd */
+                                       `response_format`, or a forced call's; with a THINK
+                                       reply split, the reasoning block before the answer's
+                                       (reasoning_grammar); NULL: none. malloc'd */
+    bool grammar_given;             /* `grammar` as given: it holds the whole output, so
+                                       no reasoning is split before it */
     bool no_speculative;            /* `speculative: false`: no drafts for this request
                                        (protocol `speculative` false) */
     bool has_draft_max;             /* `speculative.n_max` given (llama-server's name) */

@@ -56,11 +56,55 @@ static bool is_ws(char c)
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
-bool reasoning_prompt_open(const char *prompt, size_t n)
+/* Whether prompt[0..n) ends with marker m and optional whitespace. */
+static bool prompt_ends_with(const char *prompt, size_t n, const char *m)
 {
     while (n > 0 && is_ws(prompt[n - 1])) n--;
-    size_t k = strlen(THINK_OPEN);
-    return n >= k && memcmp(prompt + n - k, THINK_OPEN, k) == 0;
+    size_t k = strlen(m);
+    return n >= k && memcmp(prompt + n - k, m, k) == 0;
+}
+
+bool reasoning_prompt_open(const char *prompt, size_t n)
+{
+    return prompt_ends_with(prompt, n, THINK_OPEN);
+}
+
+bool reasoning_prompt_closed(const char *prompt, size_t n)
+{
+    return prompt_ends_with(prompt, n, THINK_CLOSE);
+}
+
+/* Text up to and including the first "</think>", as states of a matcher:
+ * rsn-K has matched the marker's first K bytes. A byte that continues the
+ * marker advances, '<' (its first byte, found nowhere else in it) restarts
+ * at 1, any other byte goes back to 0; the marker's last byte ends the
+ * text. Right recursion only, so a parse's stack does not grow with the
+ * text. */
+static const char k_think_text[] =
+    "rsn-0 ::= [^<] rsn-0 | \"<\" rsn-1\n"
+    "rsn-1 ::= \"/\" rsn-2 | \"<\" rsn-1 | [^/<] rsn-0\n"
+    "rsn-2 ::= \"t\" rsn-3 | \"<\" rsn-1 | [^t<] rsn-0\n"
+    "rsn-3 ::= \"h\" rsn-4 | \"<\" rsn-1 | [^h<] rsn-0\n"
+    "rsn-4 ::= \"i\" rsn-5 | \"<\" rsn-1 | [^i<] rsn-0\n"
+    "rsn-5 ::= \"n\" rsn-6 | \"<\" rsn-1 | [^n<] rsn-0\n"
+    "rsn-6 ::= \"k\" rsn-7 | \"<\" rsn-1 | [^k<] rsn-0\n"
+    "rsn-7 ::= \">\" | \"<\" rsn-1 | [^><] rsn-0\n"
+    "rsn-ws ::= [ \\t\\r\\n]{0,8}\n";
+
+int reasoning_grammar(const char *answer, bool open, char **out)
+{
+    sbuf b = {0};
+    int rc = sbuf_printf(&b, "root ::= %s ans-root\n", open ? "rsn-0 rsn-ws" : "(\"" THINK_OPEN "\" rsn-0 rsn-ws)?");
+    if (rc == 0) rc = sbuf_append(&b, k_think_text, sizeof(k_think_text) - 1);
+    if (rc == 0) rc = gbnf_append_renamed(&b, answer, "ans-");
+    if (rc == 0 && b.len > 0 && b.data[b.len - 1] != '\n') rc = sbuf_append(&b, "\n", 1);
+    if (rc != 0) {
+        sbuf_free(&b);
+        *out = NULL;
+        return -1;
+    }
+    *out = b.data;
+    return 0;
 }
 
 /* Whether s[0..n) is a proper prefix of marker m (n < strlen(m)). */

@@ -66,6 +66,19 @@ const char *const *reasoning_markers(reasoning_format f, size_t *n);
 /* Whether a rendered prompt[0..n) leaves the model inside a reasoning
  * block (it ends with <think> and optional whitespace). */
 bool reasoning_prompt_open(const char *prompt, size_t n);
+/* Whether it ends with a THINK block closed (</think> and optional
+ * whitespace: the template's way of turning reasoning off). */
+bool reasoning_prompt_closed(const char *prompt, size_t n);
+
+/* The grammar of a THINK reply whose answer must match answer (GBNF the
+ * server wrote: a JSON Schema's or a forced call's, start rule `root`):
+ * the reasoning block, then up to 8 blanks, then the answer. open: the
+ * prompt left the model inside the block, so the output starts with its
+ * text and must close it; otherwise the block ("<think>" ... "</think>")
+ * is optional (a prompt that closed the block itself wants none: the
+ * caller keeps the answer's grammar as it is). The block's text is anything without "</think>" (the split
+ * ends it at the first one). *out malloc'd; 0, or -1 when memory ran out. */
+int reasoning_grammar(const char *answer, bool open, char **out);
 
 typedef struct reasoning_parts {
     char *reasoning; /* malloc'd, NUL-terminated */

@@ -571,9 +571,7 @@ size_t tool_calls_text_prefix(tool_format f, const char *text, size_t n)
 
 /* --- grammar --- */
 
-/* Appends gbnf with every rule name prefixed by pre ("t3-"): names are the
- * identifiers outside string literals, character classes and comments. */
-static int append_renamed(sbuf *b, const char *gbnf, const char *pre)
+int gbnf_append_renamed(sbuf *b, const char *gbnf, const char *pre)
 {
     size_t lp = strlen(pre);
     int rc = 0;
@@ -665,7 +663,7 @@ static int append_schema(sbuf *b, const json_t *schema, const char *pre, const c
                             : ((g = json_schema_any_object_gbnf()) ? 0 : STRATA_ENOMEM);
     if (r2 == STRATA_ENOMEM) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     if (r2 != 0) return strata_err_set(err, STRATA_EINVAL, "tool `%s` parameters: %s", tool, e2.msg);
-    int rc = append_renamed(b, g, pre);
+    int rc = gbnf_append_renamed(b, g, pre);
     if (rc == 0 && b->len > 0 && b->data[b->len - 1] != '\n') rc = sbuf_append(b, "\n", 1);
     free(g);
     return rc != 0 ? strata_err_set(err, STRATA_ENOMEM, "out of memory") : 0;
@@ -825,7 +823,7 @@ int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool par
         if (rc == 0) rc = sbuf_printf(&b, " %sroot ", pre);
         if (rc == 0) rc = append_lit(&b, sx->after);
         if (rc == 0) rc = sbuf_append(&b, "\n", 1);
-        if (rc == 0) rc = append_renamed(&b, g, pre);
+        if (rc == 0) rc = gbnf_append_renamed(&b, g, pre);
         if (rc == 0 && b.len > 0 && b.data[b.len - 1] != '\n') rc = sbuf_append(&b, "\n", 1);
         sbuf_free(&line);
         free(g);

@@ -130,4 +130,10 @@ typedef struct tool_decl {
 int tool_calls_grammar(tool_format f, const tool_decl *tools, size_t n, bool parallel, char **out,
                        strata_err *err);
 
+/* Appends gbnf (a grammar the server wrote) to b with every rule name
+ * prefixed by pre ("t3-"): names are the identifiers outside string
+ * literals, character classes and comments. 0, or -1 when memory ran out. */
+struct sbuf;
+int gbnf_append_renamed(struct sbuf *b, const char *gbnf, const char *pre);
+
 #endif

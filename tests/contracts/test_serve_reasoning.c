@@ -2,8 +2,9 @@
  * template gets, `reasoning_format`, `chat_template_kwargs` reaching the
  * template (DeepSeek-R1's enable_thinking leaves the prompt inside
  * <think>), `reasoning_effort` for templates that read it and refused by
- * name for the others, no split under a grammar (but harmony's, whose
- * forced call comes with its analysis); then a real `strata serve` over the fake engine with scripted
+ * name for the others, a split under the server's grammars (a JSON
+ * Schema's, a forced call's: the reasoning block goes in front of them)
+ * but none under a `grammar` as given; then a real `strata serve` over the fake engine with scripted
  * output and real templates (Qwen3's, gpt-oss's, Qwen 3.5's): the reasoning is
  * `message.reasoning_content` and the answer `content`, streamed as
  * reasoning_content deltas then content deltas that concatenate to the same
@@ -98,8 +99,22 @@ static void test_parse(void **state)
     assert_int_equal(parse(&env, "{" MSGS ",\"reasoning_format\":\"loud\"}", &g, &e), -1);
     assert_int_equal(e.status, 400);
     assert_non_null(strstr(e.message, "`reasoning_format`"));
-    /* a reply held to a grammar from its first token has no reasoning */
-    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}"), REASONING_NONE);
+    /* a reply held to the server's grammar may reason first: the block
+     * (optional, as Qwen3's prompt does not open it) before the answer's
+     * grammar; one held to a `grammar` as given has no reasoning */
+    assert_int_equal(parse(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
+    assert_int_equal(g.reasoning, REASONING_THINK);
+    assert_non_null(strstr(g.grammar, "root ::= (\"<think>\" rsn-0 rsn-ws)? ans-root\n"));
+    api_gen_free(&g);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"grammar\":\"root ::= [a-z]+\"}"), REASONING_NONE);
+    /* a prompt that closed the block (reasoning off) keeps the answer's grammar */
+    assert_int_equal(parse(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"},"
+                                 "\"chat_template_kwargs\":{\"enable_thinking\":false}}", &g, &e), 0);
+    assert_null(strstr(g.grammar, "rsn-0"));
+    api_gen_free(&g);
+    assert_int_equal(reasoning_of(&env, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"},"
+                                      "\"reasoning_format\":\"none\"}"),
+                     REASONING_NONE);
     /* the server's switch, and a request that overrides it */
     env.reasoning_off = true;
     assert_int_equal(reasoning_of(&env, "{" MSGS "}"), REASONING_NONE);
@@ -120,6 +135,12 @@ static void test_parse(void **state)
     api_gen_free(&g);
     assert_int_equal(parse(&env, "{" MSGS ",\"chat_template_kwargs\":{\"enable_thinking\":true}}", &g, &e), 0);
     assert_true(g.reasoning_open);
+    api_gen_free(&g);
+    /* inside the block, the grammar starts with its text */
+    assert_int_equal(parse(&env, "{" MSGS ",\"chat_template_kwargs\":{\"enable_thinking\":true},"
+                                 "\"response_format\":{\"type\":\"json_object\"}}", &g, &e), 0);
+    assert_true(g.reasoning_open);
+    assert_non_null(strstr(g.grammar, "root ::= rsn-0 rsn-ws ans-root\n"));
     api_gen_free(&g);
     /* gpt-oss: harmony; reasoning_effort is read (a different prompt) */
     env.chat_template = oss;
@@ -165,7 +186,9 @@ static void test_parse(void **state)
         assert_int_equal(g.tool_fmt, TOOL_FORMAT_XML);
         assert_non_null(g.grammar);
         assert_non_null(strstr(g.grammar, "<function=w>"));
-        assert_int_equal(g.reasoning, REASONING_NONE);
+        assert_int_equal(g.reasoning, REASONING_THINK); /* the call after the reasoning */
+        assert_true(g.reasoning_open);
+        assert_non_null(strstr(g.grammar, "root ::= rsn-0 rsn-ws ans-root\n"));
         api_gen_free(&g);
         env.chat_template = oss;
         free(q35);
@@ -299,6 +322,14 @@ static const rcase k_think[] = {
     /* Qwen3's calls are Hermes calls after the reasoning */
     {"<think>Need w.</think>\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": 1}}\n</tool_call>",
      "," TOOLS, "Need w.", NULL, "w", "{\"c\":1}"},
+    /* under the server's grammar (what it allows: the fake engine does not
+     * apply it) the reasoning is still split: a forced call, a JSON answer */
+    {"<think>Need w.</think>\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
+     "," TOOLS ",\"tool_choice\":\"required\"", "Need w.", NULL, "w", "{}"},
+    {"<think>Sum.</think>\n\n{\"a\":4}", ",\"response_format\":{\"type\":\"json_object\"}", "Sum.",
+     "{\"a\":4}", NULL, NULL},
+    /* under a `grammar` as given, the output is the answer, whole */
+    {"<think>x</think>y", ",\"grammar\":\"root ::= [a-z<>/]+\"", NULL, "<think>x</think>y", NULL, NULL},
 };
 
 static const rcase k_harmony[] = {
@@ -320,9 +351,10 @@ static const rcase k_qwen35[] = {
     {"Call w.\n</think>\n\n<tool_call>\n<function=w>\n<parameter=c>\n1\n</parameter>\n"
      "<parameter=s>\nOslo\n</parameter>\n</function>\n</tool_call>",
      "," TOOLS, "Call w.", NULL, "w", "{\"c\":1,\"s\":\"Oslo\"}"},
-    /* forced (the grammar is the engine's; the fake one writes the script) */
-    {"<tool_call>\n<function=w>\n</function>\n</tool_call>", "," TOOLS ",\"tool_choice\":\"required\"",
-     NULL, NULL, "w", "{}"},
+    /* forced (the grammar is the engine's; the fake one writes the script):
+     * the reasoning block, then the call */
+    {"Call w.\n</think>\n\n<tool_call>\n<function=w>\n</function>\n</tool_call>",
+     "," TOOLS ",\"tool_choice\":\"required\"", "Call w.", NULL, "w", "{}"},
 };
 
 /* functionary v3.1: <function=N>{...}</function> calls */

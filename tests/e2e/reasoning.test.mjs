@@ -6,7 +6,8 @@
 // reasoning_content deltas concatenate to the same text; `reasoning_format:
 // "none"` returns the same text as content; `chat_template_kwargs:
 // {enable_thinking: false}` makes the template close the block in the
-// prompt, and the reply is content.
+// prompt, and the reply is content; a `response_format` holds the answer
+// after the block, not the text inside it.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -75,5 +76,27 @@ describe('reasoning', { skip: skip ?? false }, () => {
       (e) => e.status === 400 && e.message.includes('`reasoning_effort`'),
       'Qwen 3.5\'s template does not read reasoning_effort',
     );
+  });
+
+  test('response_format: the JSON answer comes after the reasoning block', async () => {
+    const json = { ...base, response_format: { type: 'json_object' }, max_tokens: 60 };
+    // the block open: the model's text is reasoning (it never closes the
+    // block), not JSON written inside it
+    const open = await client.chat.completions.create(json);
+    assert.equal(open.choices[0].finish_reason, 'length');
+    assert.ok(open.choices[0].message.reasoning_content.length > 0);
+    assert.equal(open.choices[0].message.content, '');
+    // the block closed by the template: the content is the JSON object
+    const r = await client.chat.completions.create({ ...json, chat_template_kwargs: { enable_thinking: false } });
+    const m = r.choices[0].message;
+    assert.equal(m.reasoning_content, undefined);
+    if (r.choices[0].finish_reason === 'stop') {
+      const v = JSON.parse(m.content);
+      assert.equal(typeof v, 'object');
+      assert.ok(v !== null && !Array.isArray(v));
+    } else {
+      assert.equal(r.choices[0].finish_reason, 'length');
+      assert.ok(m.content.startsWith('{'), m.content);
+    }
   });
 });

@@ -187,7 +187,10 @@ describe('tool calls', { skip: skip ?? false }, () => {
 
 // The XML call syntax (Qwen3-Coder, Qwen 3.5): the same forcing, with Qwen
 // 3.5's template (its tool instructions need a longer context than
-// stories260K was trained for; the grammar does not mind).
+// stories260K was trained for; the grammar does not mind). Its prompt opens
+// a <think> block, and a forced call comes after the model closes it, which
+// stories260K never does: the forcing is checked with the block closed by
+// the template (enable_thinking false), and the open block is reasoning.
 const qwen35Template = path.join(dataDir, 'chat-templates', 'llama.cpp-jinja', 'Qwen3.5-4B.jinja');
 
 describe('tool calls in the XML syntax', { skip: skip ?? false }, () => {
@@ -202,7 +205,19 @@ describe('tool calls in the XML syntax', { skip: skip ?? false }, () => {
   });
 
 
+  const closed = { ...base, chat_template_kwargs: { enable_thinking: false } };
+
+  test('required, the block open: the model reasons first, no call inside the block', async () => {
+    const r = await client.chat.completions.create({ ...base, seed: 1, max_tokens: 24 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'length');
+    assert.ok(c.message.reasoning_content.length > 0, 'the text is reasoning');
+    assert.equal(c.message.content, '');
+    assert.equal(c.message.tool_calls, undefined);
+  });
+
   test('required: one valid call, typed by the schema, streamed the same', async () => {
+    const base = closed;
     for (let seed = 1; seed <= 4; seed++) {
       const r = await client.chat.completions.create({ ...base, seed });
       const c = r.choices[0];

@@ -6,7 +6,10 @@
  * and call messages, replies without its framing), and the streaming
  * contract: at every split
  * point of every case, the settled reasoning and content are prefixes of
- * the finished output's, and grow with the output. */
+ * the finished output's, and grow with the output. Also the grammar of a
+ * THINK reply held to an answer's grammar: the block then the answer,
+ * against a direct check of "the first </think> ends the block" over
+ * random texts. */
 #define _GNU_SOURCE /* strndup */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +18,7 @@
 #include <cmocka.h>
 
 #include "testdata.h"
+#include "sample/grammar.h"
 #include "serve/reasoning.h"
 
 #include <stdio.h>
@@ -64,18 +68,22 @@ static void test_prompt_open(void **state)
     (void)state;
     static const struct {
         const char *prompt;
-        bool open;
+        bool open, closed;
     } cases[] = {
-        {"<|im_start|>assistant\n<think>\n", true},
-        {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>", true},
-        {"<|im_start|>assistant\n<think>\n\n</think>\n\n", false},
-        {"<|im_start|>assistant\n", false},
-        {"think>", false},
-        {"", false},
+        {"<|im_start|>assistant\n<think>\n", true, false},
+        {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>", true, false},
+        {"<|im_start|>assistant\n<think>\n\n</think>\n\n", false, true},
+        {"<|im_start|>assistant\n", false, false},
+        {"think>", false, false},
+        {"/think>", false, false},
+        {"", false, false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (reasoning_prompt_open(cases[i].prompt, strlen(cases[i].prompt)) != cases[i].open) {
             fail_msg("\"%s\": open %d", cases[i].prompt, !cases[i].open);
+        }
+        if (reasoning_prompt_closed(cases[i].prompt, strlen(cases[i].prompt)) != cases[i].closed) {
+            fail_msg("\"%s\": closed %d", cases[i].prompt, !cases[i].closed);
         }
     }
 }
@@ -213,6 +221,88 @@ static void test_every_split_point(void **state)
     }
 }
 
+/* Whether text as a whole matches grammar g. */
+static bool matches(const grammar *g, const char *text)
+{
+    grammar_state *st = NULL;
+    strata_err err = {0};
+    if (grammar_state_new(&st, g, &err) != 0) fail_msg("%s", err.msg);
+    bool ok = grammar_state_accept_bytes(st, (const uint8_t *)text, strlen(text)) && grammar_state_can_end(st);
+    assert_false(grammar_state_overflowed(st));
+    grammar_state_free(st);
+    return ok;
+}
+
+static grammar *think_grammar(const char *answer, bool open)
+{
+    char *text = NULL;
+    assert_int_equal(reasoning_grammar(answer, open, &text), 0);
+    grammar *g = NULL;
+    strata_err err = {0};
+    if (grammar_parse(&g, text, strlen(text), &err) != 0) fail_msg("%s\n%s", err.msg, text);
+    free(text);
+    return g;
+}
+
+static void test_reasoning_grammar(void **state)
+{
+    (void)state;
+    /* an answer grammar with a rule of its own, named like the block's
+     * would be without the renaming */
+    const char *answer = "root ::= \"{\" rsn-0 \"}\"\nrsn-0 ::= [a-z]*\n";
+    grammar *open = think_grammar(answer, true), *closed = think_grammar(answer, false);
+    static const struct {
+        const char *text;
+        bool open, closed;
+    } cases[] = {
+        {"Let me see.</think>\n\n{ab}", true, false},
+        {"</think>{}", true, false},
+        {"a</thin</think>{x}", true, false},
+        {"<<</think> {}", true, false},
+        {"</th<</think>\n{}", true, false},
+        {"\xc3\xa9t\xc3\xa9</think>{}", true, false},
+        {"</think>\n\n\n\n\n\n\n\n{}", true, false},   /* 8 blanks */
+        {"</think>\n\n\n\n\n\n\n\n\n{}", false, false}, /* 9 */
+        {"</think></think>{}", false, false},         /* the first closes the block */
+        {"no close {}", false, false},
+        {"</think>{}x", false, false},
+        {"{}", false, true},
+        {"{abc}", false, true},
+        {"<think>x</think>\n{ab}", true, true}, /* open: "<think>" is reasoning text */
+        {"<think>\nhmm</think>{}", true, true},
+        {"<think>x{}", false, false},
+        {"x</think>{}", true, false},
+        {"{1}", false, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (matches(open, cases[i].text) != cases[i].open) fail_msg("open, case %zu: \"%s\"", i, cases[i].text);
+        if (matches(closed, cases[i].text) != cases[i].closed) fail_msg("closed, case %zu: \"%s\"", i, cases[i].text);
+    }
+    /* random texts over the marker's bytes (and a two-byte character):
+     * TEXT + "</think>{}" matches the open grammar exactly when the first
+     * "</think>" of it is the one appended */
+    static const char *const pieces[] = {"<", "<", "/", "t", "h", "i", "n", "k", ">", "x", "\xc3\xa9", "</think", "</think>"};
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    size_t n_match = 0;
+    for (int round = 0; round < 20000; round++) {
+        char text[256] = "";
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int len = (int)((rng >> 33) % 14);
+        for (int k = 0; k < len; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            strcat(text, pieces[(rng >> 33) % (sizeof(pieces) / sizeof(pieces[0]))]);
+        }
+        size_t body = strlen(text);
+        strcat(text, "</think>{}");
+        bool want = strstr(text, "</think>") == text + body;
+        if (matches(open, text) != want) fail_msg("random text \"%s\": expected %d", text, want);
+        n_match += want;
+    }
+    if (n_match < 1000 || n_match > 19000) fail_msg("%zu of 20000 matched", n_match); /* both outcomes */
+    grammar_free(open);
+    grammar_free(closed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_prompt_open),
         cmocka_unit_test(test_split_cases),
         cmocka_unit_test(test_every_split_point),
+        cmocka_unit_test(test_reasoning_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
