@@ -17,12 +17,17 @@
 # SERVE_ARGS="..." adds options to `strata serve` (e.g. --ping-timeout 60000
 # for a big model whose prefill steps outlast the default 10 s). The
 # server's log goes to a temporary file; its end is printed on failure.
+# --llama-server PATH then runs the same loadgen levels against
+# llama-server (PATH: its binary) on the same model, threads and port range:
+# -np replicas x slots, -c that many times the per-request context (--ctx,
+# default 2048), -t replicas x threads; one table per server.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 build=build
 replicas=2 slots=8 threads=1 ctx=""
 levels=1,4,16 requests="" duration="" max_tokens=64
+llama_server=""
 extra=()
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
     build=$1
@@ -38,7 +43,8 @@ while [ $# -gt 0 ]; do
         --requests) requests=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
         --max-tokens) max_tokens=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        --llama-server) llama_server=$2; shift 2 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         --) shift; extra=("$@"); break ;;
         *) echo "load.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -131,4 +137,42 @@ if [ "$status" -ne 0 ]; then
     echo "load.sh: loadgen exited with $status; the server log's last lines:" >&2
     tail -n 20 "$tmp/server.log" >&2
 fi
-exit "$status"
+[ -z "$llama_server" ] && exit "$status"
+
+# The same levels against llama-server, after strata serve has stopped.
+stop_server
+tmp=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+np=$((replicas * slots))
+"$llama_server" -m "$model" --host 127.0.0.1 --port "$port" -np "$np" -c $((np * ${ctx:-2048})) \
+    -t $((replicas * threads)) >"$tmp/server.log" 2>&1 &
+server_pid=$!
+# /health answers 200 once the model is loaded
+for _ in $(seq 1 3000); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        echo "load.sh: llama-server exited before it was ready; its log:" >&2
+        tail -n 40 "$tmp/server.log" >&2
+        exit 1
+    fi
+    python3 - "$port" <<'PY' && break
+import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2).status == 200 else 1)
+except Exception:
+    sys.exit(1)
+PY
+    sleep 0.1
+done
+echo "# llama-server ($llama_server) -np $np -c $((np * ${ctx:-2048})) -t $((replicas * threads)), 127.0.0.1:$port"
+lg_args[1]=$port
+status2=0
+"$loadgen" "${lg_args[@]}" "${extra[@]}" &
+loadgen_pid=$!
+wait "$loadgen_pid" || status2=$?
+loadgen_pid=""
+if [ "$status2" -ne 0 ]; then
+    echo "load.sh: loadgen against llama-server exited with $status2; its log's last lines:" >&2
+    tail -n 20 "$tmp/server.log" >&2
+fi
+[ "$status" -ne 0 ] && exit "$status"
+exit "$status2"
