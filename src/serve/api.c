@@ -303,6 +303,32 @@ static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *
     return 0;
 }
 
+/* `ignore_eos` (llama-server's and vLLM's): true bans the model's
+ * end-of-generation tokens for the request (a -infinity bias, as
+ * llama-server does), so it ends by `max_tokens`, a stop string, the
+ * context or a complete grammar. A bias the request gives such a token is
+ * overridden. */
+static int parse_ignore_eos(json_t *o, const vocab *voc, api_gen *g, api_error *e)
+{
+    bool ignore = false;
+    if (get_bool(o, "ignore_eos", &ignore, e) != 0) return -1;
+    if (!ignore) return 0;
+    proto_sampling *s = &g->sampling;
+    for (int32_t t = 0; t < vocab_n_tokens(voc); t++) {
+        if (!vocab_is_eog(voc, t)) continue;
+        size_t i = 0;
+        while (i < s->n_logit_bias && s->logit_bias[i].token != t) i++;
+        if (i == s->n_logit_bias) {
+            proto_bias *nb = realloc(s->logit_bias, (s->n_logit_bias + 1) * sizeof(*nb));
+            if (nb == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+            s->logit_bias = nb;
+            s->n_logit_bias++;
+        }
+        s->logit_bias[i] = (proto_bias){.token = t, .bias = -INFINITY};
+    }
+    return 0;
+}
+
 /* /v1/completions: `logprobs` N in [0, 5], the chosen token's and the top N
  * (false or null: none). /v1/chat/completions: `logprobs` true, and
  * `top_logprobs` N in [0, 20], which needs it. */
@@ -469,7 +495,6 @@ static const unsupported_field k_unsupported[] = {
     {"top_n_sigma", K_GEN, inert_not_positive, "a number <= 0"},
     {"repeat_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
-    {"ignore_eos", K_GEN, inert_false, "false"},
     {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
     {"t_max_predict_ms", K_GEN, inert_zero, "0"},
@@ -1267,6 +1292,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
+        if ((rc = parse_ignore_eos(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_structured(o, g, e)) != 0) goto out;
         json_t *tools = NULL;
         if (kind == API_CHAT && (rc = parse_tools(env, o, g, &tools, e)) != 0) goto out;

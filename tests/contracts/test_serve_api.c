@@ -6,7 +6,8 @@
  * served by several engine requests (api.h): embeddings inputs, the seeds
  * of `n` choices, the summed figures; and how timings print. System
  * messages for a template that takes none (Gemma 2's raises) join the
- * next user message, as llama-server does. */
+ * next user message, as llama-server does; `ignore_eos` as bans of the
+ * end-of-generation tokens. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -16,6 +17,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -303,6 +305,51 @@ static void test_choices_seeds(void **state)
     api_gen_free(&g);
 }
 
+/* ignore_eos bans every end-of-generation token, over any bias the
+ * request gives one, and leaves the other biases. */
+static void test_ignore_eos(void **state)
+{
+    (void)state;
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 64};
+    api_gen g;
+    api_error e;
+    size_t n_eog = 0;
+    int32_t eog = -1;
+    for (int32_t t = 0; t < vocab_n_tokens(g_voc); t++) {
+        if (vocab_is_eog(g_voc, t)) {
+            n_eog++;
+            eog = t;
+        }
+    }
+    assert_true(n_eog >= 1);
+    char body[256];
+    snprintf(body, sizeof(body), "{\"prompt\":[1,2],\"logit_bias\":{\"%d\":100,\"7\":2},\"ignore_eos\":true}", eog);
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    assert_int_equal(g.sampling.n_logit_bias, 1 + n_eog);
+    size_t banned = 0;
+    for (size_t i = 0; i < g.sampling.n_logit_bias; i++) {
+        const proto_bias *b = &g.sampling.logit_bias[i];
+        if (b->token == 7) {
+            assert_true(b->bias == 2.0f);
+        } else {
+            assert_true(vocab_is_eog(g_voc, b->token));
+            assert_true(isinf(b->bias) && b->bias < 0);
+            banned++;
+        }
+    }
+    assert_int_equal(banned, n_eog);
+    api_gen_free(&g);
+    snprintf(body, sizeof(body), "{\"prompt\":[1,2],\"logit_bias\":{\"%d\":100},\"ignore_eos\":false}", eog);
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    assert_int_equal(g.sampling.n_logit_bias, 1);
+    assert_true(g.sampling.logit_bias[0].bias == 100.0f);
+    api_gen_free(&g);
+    const char *bad = "{\"prompt\":[1,2],\"ignore_eos\":1}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, bad, strlen(bad), &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "`ignore_eos`"));
+}
+
 static void test_result_sum(void **state)
 {
     (void)state;
@@ -472,6 +519,7 @@ ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_ignore_eos)
 ST_MODEL_TEST(test_system_messages_merged)
 ST_MODEL_TEST(test_result_sum)
 ST_MODEL_TEST(test_choices_fail_and_cancel_together)
@@ -487,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_timings_print_short_guard),
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_ignore_eos_guard),
         cmocka_unit_test(test_system_messages_merged_guard),
         cmocka_unit_test(test_result_sum_guard),
         cmocka_unit_test_teardown(test_choices_fail_and_cancel_together_guard, st_kill_leftover),

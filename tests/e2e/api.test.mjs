@@ -136,6 +136,19 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.equal(s.finish, 'stop');
   });
 
+  test('ignore_eos: the end-of-text token is never sampled, max_tokens ends the reply', async () => {
+    // a bias that makes the model's EOS (id 2) certain: the reply ends at once...
+    const eos = { logit_bias: { 2: 100 } };
+    const ended = await greedy(eos);
+    assert.equal(ended.choices[0].finish_reason, 'stop');
+    assert.equal(ended.usage.completion_tokens, 0);
+    // ...unless ignore_eos (llama-server's and vLLM's field) bans it
+    const r = await greedy({ ...eos, ignore_eos: true, max_tokens: 12 });
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 12);
+    assert.ok(r.choices[0].text.length > 0);
+  });
+
   test('a seed with temperature > 0 gives the same text again', async () => {
     const run = (seed) => client.completions.create({
       model: MODEL_NAME, prompt: 'The little dog', max_tokens: 48, temperature: 1.0, seed,
