@@ -502,11 +502,7 @@ static const unsupported_field k_unsupported[] = {
     {"return_tokens", K_GEN, inert_false, "false"},
     {"embd_normalize", K_EMB, inert_two, "2 (Euclidean, what the engine does)"},
     /* vLLM */
-    {"guided_json", K_GEN, NULL, NULL},
-    {"guided_regex", K_GEN, NULL, NULL},
-    {"guided_choice", K_GEN, NULL, NULL},
-    {"guided_grammar", K_GEN, NULL, NULL},
-    {"structured_outputs", K_GEN, NULL, NULL},
+    {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
     {"min_tokens", K_GEN, inert_zero, "0"},
     {"stop_token_ids", K_GEN, inert_empty, "[]"},
@@ -559,11 +555,71 @@ static int compile_schema(const json_t *s, const char *where, api_gen *g, api_er
     return 0;
 }
 
-/* `response_format`, `grammar` and `json_schema` into g->grammar (api.h). */
+/* A JSON Schema given as an object or as JSON text (vLLM's guided_json
+ * takes both), compiled into g->grammar. */
+static int compile_schema_or_text(const json_t *s, const char *where, api_gen *g, api_error *e)
+{
+    if (!json_is_string(s)) return compile_schema(s, where, g, e);
+    json_error_t je;
+    json_t *parsed = json_loadb(json_string_value(s), json_string_length(s), 0, &je);
+    if (parsed == NULL) {
+        return api_fail(e, 400, "invalid_value", "`%s` is a string but not JSON: %s", where, je.text);
+    }
+    int rc = compile_schema(parsed, where, g, e);
+    json_decref(parsed);
+    return rc;
+}
+
+/* A grammar from json_schema.h's other compilers (regex, choice), or its
+ * error as a 400. */
+static int take_compiled(int rc, char *gbnf, const strata_err *err, api_gen *g, api_error *e)
+{
+    if (rc == STRATA_ENOMEM) return api_fail(e, 500, "out_of_memory", "out of memory");
+    if (rc != 0) return api_fail(e, 400, "invalid_value", "%s", err->msg);
+    g->grammar = gbnf;
+    return 0;
+}
+
+/* GBNF given as text: llama-server's `grammar` (it then holds the whole
+ * output) or vLLM's guided_grammar. */
+static int take_gbnf(const json_t *gr, const char *where, api_gen *g, api_error *e)
+{
+    if (!json_is_string(gr)) return api_fail(e, 400, "invalid_type", "`%s` must be a string (GBNF)", where);
+    if (json_string_length(gr) > API_MAX_GRAMMAR_BYTES || strlen(json_string_value(gr)) != json_string_length(gr)) {
+        return api_fail(e, 400, "invalid_value", "`%s` must be GBNF text of at most %d bytes", where,
+                        API_MAX_GRAMMAR_BYTES);
+    }
+    g->grammar = strdup(json_string_value(gr));
+    if (g->grammar == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    return 0;
+}
+
+/* vLLM's structured output in one of its forms (`guided_regex`,
+ * `structured_outputs.regex`, ...): kind is "json", "regex", "choice" or
+ * "grammar", v its value, where its name for errors. */
+static int take_vllm(const char *kind, const json_t *v, const char *where, api_gen *g, api_error *e)
+{
+    strata_err err = {0};
+    char *gbnf = NULL;
+    if (strcmp(kind, "json") == 0) return compile_schema_or_text(v, where, g, e);
+    if (strcmp(kind, "grammar") == 0) return take_gbnf(v, where, g, e);
+    int rc;
+    if (strcmp(kind, "choice") == 0) {
+        rc = json_schema_choice_to_gbnf(v, where, &gbnf, &err);
+    } else if (!json_is_string(v)) {
+        return api_fail(e, 400, "invalid_type", "`%s` must be a string", where);
+    } else {
+        rc = json_schema_regex_to_gbnf(json_string_value(v), json_string_length(v), where, &gbnf, &err);
+    }
+    return take_compiled(rc, gbnf, &err, g, e);
+}
+
+/* `response_format`, `grammar` and `json_schema` (and vLLM's guided_* and
+ * structured_outputs) into g->grammar (api.h). */
 static int parse_structured(json_t *o, api_gen *g, api_error *e)
 {
     json_t *gr = json_object_get(o, "grammar"), *js = json_object_get(o, "json_schema"),
-           *rf = json_object_get(o, "response_format");
+           *rf = json_object_get(o, "response_format"), *so = json_object_get(o, "structured_outputs");
     const char *type = NULL;
     if (rf != NULL && !json_is_null(rf)) {
         if (!json_is_object(rf)) return api_fail(e, 400, "invalid_type", "`response_format` must be an object");
@@ -579,28 +635,82 @@ static int parse_structured(json_t *o, api_gen *g, api_error *e)
                             type);
         }
     }
+    /* vLLM's forms: guided_KIND, or structured_outputs.KIND (one of them) */
+    static const char *const kinds[] = {"json", "regex", "choice", "grammar"};
+    const char *vkind = NULL;
+    const json_t *vval = NULL;
+    char vwhere[48] = "";
+    size_t n_vllm = 0;
+    for (size_t k = 0; k < 4; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "guided_%s", kinds[k]);
+        json_t *v = json_object_get(o, name);
+        if (v == NULL || json_is_null(v)) continue;
+        if (n_vllm++ == 0) {
+            vkind = kinds[k];
+            vval = v;
+            snprintf(vwhere, sizeof(vwhere), "%s", name);
+        }
+    }
+    bool so_json_object = false;
+    if (so != NULL && !json_is_null(so)) {
+        if (!json_is_object(so)) return api_fail(e, 400, "invalid_type", "`structured_outputs` must be an object");
+        json_t *tag = json_object_get(so, "structural_tag"), *ws = json_object_get(so, "whitespace_pattern");
+        if (tag != NULL && !json_is_null(tag)) {
+            return api_fail(e, 400, "unsupported_parameter",
+                            "unsupported parameter `structured_outputs.structural_tag`: Strata does not "
+                            "implement it (accepted: null)");
+        }
+        if (ws != NULL && !json_is_null(ws)) {
+            return api_fail(e, 400, "unsupported_parameter",
+                            "unsupported parameter `structured_outputs.whitespace_pattern`: JSON output is "
+                            "compact, without whitespace (accepted: null)");
+        }
+        json_t *jo = json_object_get(so, "json_object");
+        if (jo != NULL && !json_is_null(jo) && !json_is_boolean(jo)) {
+            return api_fail(e, 400, "invalid_type", "`structured_outputs.json_object` must be a boolean");
+        }
+        if (json_is_true(jo)) {
+            n_vllm++;
+            so_json_object = true;
+        }
+        for (size_t k = 0; k < 4; k++) {
+            json_t *v = json_object_get(so, kinds[k]);
+            if (v == NULL || json_is_null(v)) continue;
+            if (n_vllm++ == 0) {
+                vkind = kinds[k];
+                vval = v;
+                snprintf(vwhere, sizeof(vwhere), "structured_outputs.%s", kinds[k]);
+            }
+        }
+    }
     bool has_gr = gr != NULL && !json_is_null(gr) && !(json_is_string(gr) && json_string_length(gr) == 0);
     bool has_js = js != NULL && !json_is_null(js);
-    const char *set[3];
+    if (n_vllm > 1) {
+        return api_fail(e, 400, "invalid_value",
+                        "more than one of vLLM's `guided_json`, `guided_regex`, `guided_choice`, "
+                        "`guided_grammar` and `structured_outputs` forms is set; send one");
+    }
+    const char *set[4];
     size_t n_set = 0;
     if (has_gr) set[n_set++] = "grammar";
     if (has_js) set[n_set++] = "json_schema";
     if (type != NULL) set[n_set++] = "response_format";
+    if (n_vllm > 0) set[n_set++] = so_json_object ? "structured_outputs" : vwhere;
     if (n_set > 1) {
         return api_fail(e, 400, "invalid_value", "`%s` and `%s` cannot both be set; send one", set[0], set[1]);
     }
     if (has_gr) {
-        if (!json_is_string(gr)) return api_fail(e, 400, "invalid_type", "`grammar` must be a string (GBNF)");
-        if (json_string_length(gr) > API_MAX_GRAMMAR_BYTES || strlen(json_string_value(gr)) != json_string_length(gr)) {
-            return api_fail(e, 400, "invalid_value", "`grammar` must be GBNF text of at most %d bytes",
-                            API_MAX_GRAMMAR_BYTES);
-        }
-        g->grammar = strdup(json_string_value(gr));
-        if (g->grammar == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        if (take_gbnf(gr, "grammar", g, e) != 0) return -1;
         g->grammar_given = true;
         return 0;
     }
     if (has_js) return compile_schema(js, "json_schema", g, e);
+    if (so_json_object) {
+        g->grammar = json_schema_any_object_gbnf();
+        return g->grammar == NULL ? api_fail(e, 500, "out_of_memory", "out of memory") : 0;
+    }
+    if (vkind != NULL) return take_vllm(vkind, vval, vwhere, g, e);
     if (type == NULL) return 0;
     if (strcmp(type, "json_object") == 0) {
         /* llama-server's form may carry a schema */

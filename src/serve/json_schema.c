@@ -443,18 +443,25 @@ static void sb_repeat(sb *b, long long lo, long long hi)
 
 /* ---- pattern: a regular-expression subset ---- */
 
+/* Two modes: a JSON Schema `pattern`, written as the content of a JSON
+ * string (quotes, backslashes and control characters never appear raw:
+ * `.` is a JSON string character, classes exclude them, literals are
+ * escaped), and a raw regular expression that the whole output must match
+ * (vLLM's guided_regex: `.` is any character but a newline, classes and
+ * literals are the characters themselves). */
 typedef struct rx {
     cc *c;
     const char *p, *end;
-    const char *path;
+    const char *where; /* "`pattern` at /a/pattern", "`guided_regex`" */
+    bool raw;
     int depth;
 } rx;
 
 static int rx_fail(rx *r, const char *what)
 {
-    return fail(r->c, "`pattern` at %s/pattern: %s (supported: ^...$ anchored; literals, "
-                      "escapes, [classes], ., \\d \\w \\s, groups, |, * + ? {m,n})",
-                r->path, what);
+    return fail(r->c, "%s: %s (supported: %sliterals, escapes, [classes], ., \\d \\w \\s%s, groups, |, "
+                      "* + ? {m,n})",
+                r->where, what, r->raw ? "" : "^...$ anchored; ", r->raw ? " \\D \\W \\S" : "");
 }
 
 /* One class member's byte as a GBNF class item. */
@@ -474,18 +481,26 @@ static int rx_escape(rx *r, sb *b, bool in_class)
     if (r->p >= r->end) return rx_fail(r, "a trailing backslash");
     char e = *r->p++;
     const char *cls = NULL;
+    bool neg = false;
+    if (r->raw && (e == 'D' || e == 'W' || e == 'S') && !in_class) {
+        neg = true;
+        e = (char)(e - 'A' + 'a');
+    }
     if (e == 'd') cls = "0-9";
     else if (e == 'w') cls = "a-zA-Z0-9_";
-    else if (e == 's') cls = "\\x20";
+    else if (e == 's') cls = r->raw ? "\\x09-\\x0D\\x20" : "\\x20"; /* raw: Python's ASCII \s */
     if (cls != NULL) {
         if (in_class) sb_puts(b, cls);
-        else sb_printf(b, "[%s]", cls);
+        else sb_printf(b, "[%s%s]", neg ? "^" : "", cls);
         return 0;
     }
     char lit;
     if (e == 'n') lit = '\n';
     else if (e == 't') lit = '\t';
     else if (e == 'r') lit = '\r';
+    else if (r->raw && e == 'f') lit = '\f';
+    else if (r->raw && e == 'v') lit = '\v';
+    else if (r->raw && e == '"') lit = '"';
     else if (strchr(".^$|?*+()[]{}\\/-", e) != NULL && e != '\0') lit = e;
     else {
         char what[48];
@@ -493,10 +508,14 @@ static int rx_escape(rx *r, sb *b, bool in_class)
         return rx_fail(r, what);
     }
     if (in_class) {
-        if (lit == '"' || lit == '\\' || (unsigned char)lit < 0x20) {
+        if (!r->raw && (lit == '"' || lit == '\\' || (unsigned char)lit < 0x20)) {
             return rx_fail(r, "a class with a quote, backslash or control character");
         }
         class_char(b, (unsigned char)lit);
+        return 0;
+    }
+    if (r->raw) {
+        sb_lit(b, &lit, 1);
         return 0;
     }
     /* as JSON string content */
@@ -528,14 +547,15 @@ static int rx_class(rx *r, sb *b)
             }
             continue;
         }
-        if (ch == '"' || ch < 0x20 || ch >= 0x80) {
-            return rx_fail(r, "a class with a quote, control or non-ASCII character");
+        if (ch >= 0x80 || (!r->raw && (ch == '"' || ch < 0x20))) {
+            return rx_fail(r, r->raw ? "a class with a non-ASCII character"
+                                     : "a class with a quote, control or non-ASCII character");
         }
         r->p++;
         class_char(b, ch);
         if (r->p + 1 < r->end && *r->p == '-' && r->p[1] != ']') {
             unsigned char hi = (unsigned char)r->p[1];
-            if (hi == '\\' || hi == '"' || hi < 0x20 || hi >= 0x80 || hi < ch) {
+            if (hi == '\\' || hi >= 0x80 || hi < ch || (!r->raw && (hi == '"' || hi < 0x20))) {
                 return rx_fail(r, "a bad class range");
             }
             sb_puts(b, "-");
@@ -545,7 +565,7 @@ static int rx_class(rx *r, sb *b)
     }
     if (r->p >= r->end) return rx_fail(r, "an unclosed [");
     r->p++;
-    if (neg) sb_puts(b, "\"\\\\\\x00-\\x1F");
+    if (neg && !r->raw) sb_puts(b, "\"\\\\\\x00-\\x1F");
     sb_puts(b, "]");
     return 0;
 }
@@ -589,8 +609,12 @@ static int rx_seq(rx *r, sb *b)
             if (rx_class(r, b) != 0) return -1;
         } else if (ch == '.') {
             r->p++;
-            use_prim(r->c, P_CHAR);
-            sb_puts(b, "char");
+            if (r->raw) {
+                sb_puts(b, "[^\\n]");
+            } else {
+                use_prim(r->c, P_CHAR);
+                sb_puts(b, "char");
+            }
         } else if (ch == '\\') {
             r->p++;
             if (rx_escape(r, b, false) != 0) return -1;
@@ -598,14 +622,14 @@ static int rx_seq(rx *r, sb *b)
             return rx_fail(r, "an anchor inside the pattern");
         } else if (strchr("*+?{", ch) != NULL) {
             return rx_fail(r, "a quantifier with nothing before it");
-        } else if (ch < 0x20) {
+        } else if (ch < 0x20 && !r->raw) {
             return rx_fail(r, "a control character");
         } else {
             size_t n = 1;
             if (ch >= 0x80) {
                 while (r->p + n < r->end && ((unsigned char)r->p[n] & 0xC0) == 0x80) n++;
             }
-            if (ch == '"') sb_lit(b, "\\\"", 2);
+            if (ch == '"' && !r->raw) sb_lit(b, "\\\"", 2);
             else sb_lit(b, r->p, n);
             r->p += n;
         }
@@ -658,7 +682,9 @@ static int compile_pattern(cc *c, sb *b, const json_t *pat, const char *path)
     if (!json_is_string(pat)) return fail(c, "`pattern` at %s/pattern must be a string", path);
     const char *s = json_string_value(pat);
     size_t n = json_string_length(pat);
-    rx r = {.c = c, .p = s, .end = s + n, .path = path};
+    char where[PATH_MAX_LEN + 32];
+    snprintf(where, sizeof(where), "`pattern` at %s/pattern", path);
+    rx r = {.c = c, .p = s, .end = s + n, .where = where};
     if (n < 2 || s[0] != '^' || s[n - 1] != '$' || (n >= 3 && s[n - 2] == '\\')) {
         return rx_fail(&r, "it must be anchored: ^...$");
     }
@@ -1295,4 +1321,69 @@ char *json_schema_any_object_gbnf(void)
     cc c = {0};
     use_prim(&c, P_OBJECT);
     return finish(&c, "object", NULL);
+}
+
+/* Whether the '$' at s[i] is escaped (an odd number of backslashes before
+ * it). */
+static bool escaped_at(const char *s, size_t i)
+{
+    size_t k = 0;
+    while (k < i && s[i - 1 - k] == '\\') k++;
+    return k % 2 == 1;
+}
+
+int json_schema_regex_to_gbnf(const char *re, size_t n, const char *field, char **out,
+                              strata_err *err)
+{
+    *out = NULL;
+    cc c = {.err = err};
+    char where[96];
+    snprintf(where, sizeof(where), "`%.64s`", field);
+    rx r = {.c = &c, .p = re, .end = re + n, .where = where, .raw = true};
+    /* the whole output matches: anchors at the ends change nothing */
+    if (r.p < r.end && *r.p == '^') r.p++;
+    if (r.end > r.p && r.end[-1] == '$' && !escaped_at(re, (size_t)(r.end - 1 - re))) r.end--;
+    if (memchr(re, '\0', n) != NULL) {
+        fail(&c, "%s: a NUL byte", where);
+    } else if (r.p == r.end) {
+        rx_fail(&r, "an empty expression");
+    } else {
+        sb_puts(&c.rules, "rx ::= ");
+        if (rx_alt(&r, &c.rules) == 0 && r.p != r.end) rx_fail(&r, "an unmatched )");
+        sb_puts(&c.rules, "\n");
+    }
+    int rc = c.rc;
+    if (rc == 0) {
+        *out = finish(&c, "rx", err);
+        if (*out == NULL) rc = err ? err->code : STRATA_EINVAL;
+    }
+    free(c.rules.p);
+    return rc;
+}
+
+int json_schema_choice_to_gbnf(const json_t *choices, const char *field, char **out,
+                               strata_err *err)
+{
+    *out = NULL;
+    if (!json_is_array(choices) || json_array_size(choices) == 0) {
+        return strata_err_set(err, STRATA_EINVAL, "`%.64s` must be a non-empty array of strings", field);
+    }
+    cc c = {.err = err};
+    sb_puts(&c.rules, "choice ::=");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(choices, i, v) {
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+            free(c.rules.p);
+            return strata_err_set(err, STRATA_EINVAL, "`%.64s[%zu]` must be a non-empty string (no NUL)",
+                                  field, i);
+        }
+        sb_puts(&c.rules, i ? " | " : " ");
+        sb_lit(&c.rules, json_string_value(v), json_string_length(v));
+    }
+    sb_puts(&c.rules, "\n");
+    *out = finish(&c, "choice", err);
+    free(c.rules.p);
+    return *out ? 0 : (err ? err->code : STRATA_EINVAL);
 }

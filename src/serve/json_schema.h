@@ -38,4 +38,20 @@ int json_schema_to_gbnf(const json_t *schema, char **out, strata_err *err);
  * NULL on ENOMEM. */
 char *json_schema_any_object_gbnf(void);
 
+/* The grammar of outputs that match the regular expression re[0..n) as a
+ * whole (vLLM's guided_regex; a leading ^ and a trailing $ change
+ * nothing): the subset of `pattern` (literals, escapes \d \w \s \D \W
+ * \S \n \t ..., classes of ASCII characters, ., groups, |, * + ?
+ * {m,n}; `.` is any character but a newline, \s Python's ASCII blanks).
+ * 0 and *out (malloc'd); STRATA_EINVAL with err naming `field` and what
+ * is not supported; STRATA_ENOMEM. */
+int json_schema_regex_to_gbnf(const char *re, size_t n, const char *field, char **out,
+                              strata_err *err);
+
+/* The grammar of outputs equal to one of the strings of the array choices
+ * (vLLM's guided_choice): non-empty strings, at least one. Errors as
+ * above. */
+int json_schema_choice_to_gbnf(const json_t *choices, const char *field, char **out,
+                               strata_err *err);
+
 #endif

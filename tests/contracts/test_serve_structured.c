@@ -48,7 +48,9 @@ typedef struct form {
     enum api_kind kind;
     const char *fields; /* JSON members */
     const char *schema; /* the schema it compiles, or NULL */
-    const char *gbnf;   /* or the grammar passed through; neither: any object */
+    const char *gbnf;   /* or the grammar passed through */
+    const char *regex;  /* or the regular expression it compiles */
+    const char *choice; /* or the choices (a JSON array); none: any object */
 } form;
 
 static const form k_forms[] = {
@@ -62,12 +64,36 @@ static const form k_forms[] = {
     {API_COMPLETION, "\"json_schema\":" SCHEMA, SCHEMA, NULL},
     {API_COMPLETION, "\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\\n\"", NULL, "root ::= \"yes\" | \"no\"\n"},
     {API_CHAT, "\"grammar\":\"root ::= [a-z]+\"", NULL, "root ::= [a-z]+"},
+    /* vLLM's forms */
+    {API_CHAT, "\"guided_json\":" SCHEMA, SCHEMA, NULL},
+    {API_COMPLETION, "\"guided_json\":\"{\\\"type\\\":\\\"integer\\\"}\"", "{\"type\":\"integer\"}", NULL},
+    {API_COMPLETION, "\"guided_regex\":\"[a-z]+@\\\\d\",\"guided_decoding_backend\":\"xgrammar\"", NULL, NULL,
+     "[a-z]+@\\d"},
+    {API_CHAT, "\"guided_choice\":[\"yes\",\"no\"]", NULL, NULL, NULL, "[\"yes\",\"no\"]"},
+    {API_COMPLETION, "\"guided_grammar\":\"root ::= [0-9]+\"", NULL, "root ::= [0-9]+"},
+    {API_CHAT, "\"structured_outputs\":{\"json\":" SCHEMA ",\"disable_any_whitespace\":true}", SCHEMA, NULL},
+    {API_COMPLETION, "\"structured_outputs\":{\"regex\":\"(a|b)c\"}", NULL, NULL, "(a|b)c"},
+    {API_COMPLETION, "\"structured_outputs\":{\"choice\":[\"x\"]}", NULL, NULL, NULL, "[\"x\"]"},
+    {API_CHAT, "\"structured_outputs\":{\"grammar\":\"root ::= \\\"z\\\"\"}", NULL, "root ::= \"z\""},
+    {API_CHAT, "\"structured_outputs\":{\"json_object\":true}", NULL, NULL},
 };
 
 static char *want_of(const form *f)
 {
     if (f->gbnf) return strdup(f->gbnf);
     if (f->schema) return compiled(f->schema);
+    char *g = NULL;
+    strata_err err;
+    if (f->regex) {
+        assert_int_equal(json_schema_regex_to_gbnf(f->regex, strlen(f->regex), "r", &g, &err), 0);
+        return g;
+    }
+    if (f->choice) {
+        json_t *c = json_loads(f->choice, 0, NULL);
+        assert_int_equal(json_schema_choice_to_gbnf(c, "c", &g, &err), 0);
+        json_decref(c);
+        return g;
+    }
     return json_schema_any_object_gbnf();
 }
 
@@ -95,7 +121,7 @@ static void test_parse_forms(void **state)
             fail_msg("%s: %d %s", body, e.status, e.message);
         }
         char *want = want_of(f);
-        assert_non_null(g.grammar);
+        if (g.grammar == NULL) fail_msg("%s: no grammar", body);
         assert_string_equal(g.grammar, want);
         for (size_t c = 0; c < 2; c++) { /* every choice carries it */
             sreq *r = sreq_new(1, false);
@@ -160,6 +186,26 @@ static const bad_case k_bad[] = {
     {API_COMPLETION, "\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", "`grammar` and `json_schema`"},
     {API_COMPLETION, "\"grammar\":5", "`grammar`"},
     {API_COMPLETION, "\"json_schema\":[1]", "`json_schema`"},
+    {API_COMPLETION, "\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]", "more than one of vLLM's"},
+    {API_COMPLETION, "\"guided_regex\":\"a\",\"structured_outputs\":{\"regex\":\"a\"}", "more than one of vLLM's"},
+    {API_COMPLETION, "\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"a\"]}", "more than one of vLLM's"},
+    {API_CHAT, "\"guided_json\":{},\"response_format\":{\"type\":\"json_object\"}",
+     "`response_format` and `guided_json`"},
+    {API_COMPLETION, "\"grammar\":\"root ::= \\\"a\\\"\",\"structured_outputs\":{\"json_object\":true}",
+     "`grammar` and `structured_outputs`"},
+    {API_COMPLETION, "\"guided_json\":\"{not json\"", "`guided_json` is a string but not JSON"},
+    {API_COMPLETION, "\"guided_json\":{\"type\":\"string\",\"not\":{}}", "`not`"},
+    {API_COMPLETION, "\"guided_regex\":\"(?=a)\"", "`guided_regex`: lookarounds"},
+    {API_COMPLETION, "\"guided_regex\":5", "`guided_regex` must be a string"},
+    {API_COMPLETION, "\"structured_outputs\":{\"regex\":\"a(b\"}", "`structured_outputs.regex`: an unclosed ("},
+    {API_COMPLETION, "\"guided_choice\":[]", "`guided_choice` must be a non-empty array"},
+    {API_COMPLETION, "\"guided_choice\":[\"a\",2]", "`guided_choice[1]`"},
+    {API_COMPLETION, "\"structured_outputs\":[1]", "`structured_outputs` must be an object"},
+    {API_COMPLETION, "\"structured_outputs\":{\"structural_tag\":{}}", "`structured_outputs.structural_tag`"},
+    {API_COMPLETION, "\"structured_outputs\":{\"regex\":\"a\",\"whitespace_pattern\":\" \"}",
+     "`structured_outputs.whitespace_pattern`"},
+    {API_COMPLETION, "\"structured_outputs\":{\"json_object\":1}", "`structured_outputs.json_object`"},
+    {API_COMPLETION, "\"guided_json\":{},\"guided_whitespace_pattern\":\" *\"", "`guided_whitespace_pattern`"},
 };
 
 static void test_parse_errors(void **state)

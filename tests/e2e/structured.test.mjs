@@ -2,7 +2,8 @@
 // `strata serve` (stories260K, a random-ish small model): whatever the
 // weights, a reply under `response_format` json_schema is JSON that follows
 // the schema, streamed and not; `json_object` gives a JSON object; a schema
-// keyword Strata cannot enforce is a 400 naming it and its path.
+// keyword Strata cannot enforce is a 400 naming it and its path; vLLM's
+// guided_* and structured_outputs forms hold the same way.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
@@ -92,6 +93,27 @@ describe('structured output', { skip: skip ?? false }, () => {
         model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 4, grammar: 'root ::= answer',
       }),
       (e) => e instanceof OpenAI.BadRequestError && /answer/.test(e.message) && /line 1/.test(e.message),
+    );
+  });
+
+  test("vLLM's guided_choice, guided_regex, guided_json and structured_outputs are enforced", async () => {
+    const cmpl = (extra, seed) => client.completions.create({
+      model: MODEL_NAME, prompt: 'Once upon a time', max_tokens: 40, temperature: 1, seed, ...extra,
+    });
+    for (let seed = 1; seed <= 3; seed++) {
+      const c = await cmpl({ guided_choice: ['happy', 'sad', 'a "quoted" one'] }, seed);
+      assert.ok(['happy', 'sad', 'a "quoted" one'].includes(c.choices[0].text), c.choices[0].text);
+      assert.equal(c.choices[0].finish_reason, 'stop');
+      const r = await cmpl({ guided_regex: '[A-Z][a-z]{2,8} (is|was) \\d{1,3}' }, seed);
+      assert.match(r.choices[0].text, /^[A-Z][a-z]{2,8} (is|was) \d{1,3}$/);
+      const so = await cmpl({ structured_outputs: { regex: '(cat|dog)s?!' } }, seed);
+      assert.match(so.choices[0].text, /^(cat|dog)s?!$/);
+    }
+    const chat = await client.chat.completions.create({ ...base, response_format: undefined, guided_json: schema });
+    checkPerson(chat.choices[0].message.content, 'guided_json');
+    await assert.rejects(
+      cmpl({ guided_regex: 'a(?=b)' }, 1),
+      (e) => e instanceof OpenAI.BadRequestError && /guided_regex/.test(e.message) && /lookarounds/.test(e.message),
     );
   });
 

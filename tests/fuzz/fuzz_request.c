@@ -9,6 +9,8 @@
  *     and chat, a prompt of 1..n_ctx-1 ids in the vocab with max_tokens
  *     within the rest of the context; for embeddings 1..API_MAX_EMBED_INPUTS
  *     inputs of 1..n_ctx ids in the vocab;
+ *   - a grammar the server compiled (JSON Schema, vLLM's regex and choice,
+ *     forced calls) is one the engine's GBNF parser accepts;
  *   - every engine request it makes (each choice, each input) is a line the
  *     engine's decoder accepts, so an accepted request can never be a
  *     protocol fault that kills an engine.
@@ -18,6 +20,7 @@
  * (bit 2: 64 tokens, else 2048) and the chat template (bit 3: the data's
  * Llama 3 template, else ChatML); the rest is the body. The data comes from
  * $STRATA_TEST_DATA, else ../shared/data beside the project. */
+#include "sample/grammar.h"
 #include "serve/api.h"
 #include "serve/request.h"
 #include "serve/wire.h"
@@ -159,6 +162,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(ids_in_vocab(g.prompt, g.n_prompt));
         check(g.max_tokens >= 0 && (int64_t)g.n_prompt + g.max_tokens <= env.n_ctx);
         check(g.n_stops <= TEXTGEN_MAX_STOPS);
+        /* a grammar the server compiled (a schema's, a regex's, a forced
+         * call's, with a reasoning block in front) always parses */
+        if (g.grammar != NULL && !g.grammar_given) {
+            grammar *gr = NULL;
+            strata_err gerr = {0};
+            check(grammar_parse(&gr, g.grammar, strlen(g.grammar), &gerr) == 0);
+            grammar_free(gr);
+        }
         for (size_t i = 0; i < g.n_choices; i++) check_engine_line(&g, i, false);
     }
     api_gen_free(&g);

@@ -1,7 +1,8 @@
 /* The JSON Schema compiler (serve/json_schema.h): each feature's grammar,
  * parsed by the engine's GBNF parser, accepts the documents the schema
  * allows and rejects the others (run through the byte recognizer); errors
- * name the keyword and its path; output is deterministic and bounded. */
+ * name the keyword and its path; output is deterministic and bounded.
+ * Also vLLM's guided_regex (a raw regular expression) and guided_choice. */
 #include "sample/grammar.h"
 #include "serve/json_schema.h"
 
@@ -158,6 +159,101 @@ static void test_patterns(void **state)
     check("{\"pattern\":\"^[^0-9]+$\"}", "+\"abc\"", "-\"a1\"", "-\"\"", NULL);
     check("{\"pattern\":\"^\\\\w+@(?:x|y)\\\\.com$\"}", "+\"ab_1@x.com\"", "-\"ab@z.com\"", "-\"ab@xxcom\"", NULL);
     check("{\"pattern\":\"^a\\\"b$\"}", "+\"a\\\"b\"", "-\"ab\"", NULL);
+}
+
+/* grammar text (compiled) against documents, '+' accept / '-' reject. */
+static void check_gbnf(const char *what, char *text, const char *const *docs)
+{
+    grammar *g = NULL;
+    strata_err err = {0};
+    if (grammar_parse(&g, text, strlen(text), &err) != 0) {
+        fail_msg("%s compiled to a grammar the parser refuses: %s\n%s", what, err.msg, text);
+    }
+    for (const char *const *d = docs; *d != NULL; d++) {
+        bool want = (*d)[0] == '+';
+        if (accepts(g, *d + 1) != want) {
+            fail_msg("%s\n%s `%s`\ngrammar:\n%s", what, want ? "rejects" : "accepts", *d + 1, text);
+        }
+    }
+    grammar_free(g);
+    free(text);
+}
+
+static void check_regex(const char *re, ...)
+{
+    char *text = NULL;
+    strata_err err = {0};
+    if (json_schema_regex_to_gbnf(re, strlen(re), "guided_regex", &text, &err) != 0) {
+        fail_msg("regex %s: %s", re, err.msg);
+    }
+    const char *docs[32];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, re);
+    const char *d;
+    while ((d = va_arg(ap, const char *)) != NULL && n < 31) docs[n++] = d;
+    va_end(ap);
+    docs[n] = NULL;
+    check_gbnf(re, text, docs);
+}
+
+static void regex_error(const char *re, size_t n, const char *needle)
+{
+    char *text = NULL;
+    strata_err err = {0};
+    assert_int_equal(json_schema_regex_to_gbnf(re, n, "guided_regex", &text, &err), STRATA_EINVAL);
+    assert_null(text);
+    if (strstr(err.msg, needle) == NULL || strstr(err.msg, "`guided_regex`") == NULL) {
+        fail_msg("regex %s: \"%s\" lacks \"%s\"", re, err.msg, needle);
+    }
+}
+
+/* vLLM's guided_regex: the whole output matches; raw characters (quotes,
+ * backslashes, newlines) are themselves, `.` stops at a newline */
+static void test_raw_regex(void **state)
+{
+    (void)state;
+    check_regex("[A-Z]{2}-\\d{3,4}", "+AB-123", "+XY-1234", "-AB-12", "-ab-123", "-AB-12345", "-\"AB-123\"", NULL);
+    check_regex("^(yes|no)$", "+yes", "+no", "-maybe", "-yesno", "-", NULL);
+    check_regex("a.c", "+abc", "+a\"c", "+a\\c", "-a\nc", "-ac", NULL);
+    check_regex("say \"hi\"\\n", "+say \"hi\"\n", "-say hi\n", NULL);
+    check_regex("\\\\+", "+\\", "+\\\\\\", "-", NULL);
+    check_regex("[\"\\\\]+", "+\"\\\"", "-a", NULL);
+    check_regex("\\s+\\S\\D\\W", "+ \t\n\r\x0b\x0cx?!", "-  1!", "-  x1!", "-  xa_", NULL);
+    check_regex("[^a]\\d*", "+\"12", "+\n", "-a1", NULL);
+    check_regex("(?:ab)+c?", "+ab", "+ababc", "-abc c", "-a", NULL);
+    check_regex("x\\$", "+x$", "-x", NULL);       /* an escaped $ is a literal */
+    check_regex("x\\\\$", "+x\\", "-x\\$", NULL); /* a backslash, then the anchor */
+    check_regex("\xc3\xa9t\xc3\xa9", "+\xc3\xa9t\xc3\xa9", "-ete", NULL);
+    regex_error("(?=a)b", 6, "lookarounds");
+    regex_error("(ab", 3, "unclosed (");
+    regex_error("ab)", 3, "unmatched )");
+    regex_error("^$", 2, "empty expression");
+    regex_error("a\\bc", 4, "\\b");
+    regex_error("a*?", 3, "lazy");
+    regex_error("[\xc3\xa9]", 4, "non-ASCII");
+    regex_error("a\0b", 3, "NUL");
+}
+
+static void test_choice(void **state)
+{
+    (void)state;
+    json_t *c = json_loads("[\"red\", \"green\", \"say \\\"x\\\"\\n\", \"r\"]", 0, NULL);
+    char *text = NULL;
+    strata_err err = {0};
+    assert_int_equal(json_schema_choice_to_gbnf(c, "guided_choice", &text, &err), 0);
+    const char *docs[] = {"+red", "+green", "+say \"x\"\n", "+r", "-re", "-redgreen", "-", "-blue", NULL};
+    check_gbnf("choice", text, docs);
+    json_decref(c);
+    static const char *const bad[] = {"[]", "[\"a\", 1]", "[\"a\", \"\"]", "{\"a\":1}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        c = json_loads(bad[i], 0, NULL);
+        text = NULL;
+        assert_int_equal(json_schema_choice_to_gbnf(c, "guided_choice", &text, &err), STRATA_EINVAL);
+        assert_null(text);
+        assert_non_null(strstr(err.msg, "`guided_choice"));
+        json_decref(c);
+    }
 }
 
 static void test_integer_ranges(void **state)
@@ -366,7 +462,8 @@ int main(void)
         cmocka_unit_test(test_integer_ranges), cmocka_unit_test(test_combinators),
         cmocka_unit_test(test_errors),       cmocka_unit_test(test_size_bound),
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_any_object),
-        cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_mutations),    cmocka_unit_test(test_raw_regex),
+        cmocka_unit_test(test_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
