@@ -272,6 +272,31 @@ static int parse_stops(json_t *o, api_gen *g, api_error *e)
     return 0;
 }
 
+/* vLLM's `stop_token_ids` (ids of the vocabulary: the reply ends after
+ * the first of them, whose text it keeps, as vLLM does for all but
+ * special tokens) and `include_stop_str_in_output` (a matched stop string
+ * is returned). */
+static int parse_stop_ids(json_t *o, const vocab *voc, api_gen *g, api_error *e)
+{
+    if (get_bool(o, "include_stop_str_in_output", &g->include_stop, e) != 0) return -1;
+    json_t *v = json_object_get(o, "stop_token_ids");
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return api_fail(e, 400, "invalid_type", "`stop_token_ids` must be an array of token ids");
+    if (json_array_size(v) > API_MAX_STOP_IDS) {
+        return api_fail(e, 400, "invalid_value", "`stop_token_ids` has %zu ids; at most %d", json_array_size(v),
+                        API_MAX_STOP_IDS);
+    }
+    size_t i;
+    json_t *id;
+    json_array_foreach(v, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= vocab_n_tokens(voc)) {
+            return api_fail(e, 400, "invalid_value", "`stop_token_ids[%zu]` is not a token id of this model", i);
+        }
+        g->stop_ids[g->n_stop_ids++] = (int32_t)json_integer_value(id);
+    }
+    return 0;
+}
+
 static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *e)
 {
     json_t *v = json_object_get(o, "logit_bias");
@@ -505,14 +530,10 @@ static const unsupported_field k_unsupported[] = {
     {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
     {"min_tokens", K_GEN, inert_zero, "0"},
-    {"stop_token_ids", K_GEN, inert_empty, "[]"},
-    {"include_stop_str_in_output", K_GEN, inert_false, "false"},
     {"skip_special_tokens", K_GEN, inert_true, "true"},
     {"repetition_penalty", K_GEN, inert_one, "1"},
     {"length_penalty", K_GEN, inert_one, "1"},
     {"prompt_logprobs", K_GEN, NULL, NULL},
-    {"add_generation_prompt", K_CHAT, inert_true, "true"},
-    {"continue_final_message", K_CHAT, inert_false, "false"},
     {"chat_template", K_CHAT, NULL, NULL},
     {"truncate_prompt_tokens", K_GEN | K_EMB, NULL, NULL},
     {"logits_processors", K_GEN, inert_empty, "[]"},
@@ -1211,6 +1232,37 @@ static int merge_system_messages(json_t *msgs)
 
 /* messages → a prompt with the model's template. Contents given as parts
  * ([{"type":"text","text":...}]) are joined into one string first. */
+static bool py_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* continue_final_message: the rendered prompt[0..*n) cut just after the
+ * final message's text, so that the model continues it. As Hugging Face's
+ * apply_chat_template does it: the last occurrence of the text without
+ * its surrounding whitespace; the cut keeps the text's trailing whitespace
+ * where the template kept it. False when the text is not there. */
+static bool continue_final_cut(char *prompt, size_t *n, const char *final)
+{
+    size_t fl = strlen(final), a = 0, b = fl;
+    while (a < fl && py_space(final[a])) a++;
+    while (b > a && py_space(final[b - 1])) b--;
+    const char *stripped = final + a;
+    size_t sl = b - a, ll = fl - a; /* stripped, lstripped lengths */
+    size_t loc = SIZE_MAX;
+    for (size_t i = *n + 1; i-- > 0;) {
+        if (i + sl <= *n && memcmp(prompt + i, stripped, sl) == 0) {
+            loc = i;
+            break;
+        }
+    }
+    if (loc == SIZE_MAX) return false;
+    bool kept = loc + ll <= *n && ll == fl && memcmp(prompt + loc, final, fl) == 0;
+    *n = loc + (kept ? ll : sl);
+    prompt[*n] = '\0';
+    return true;
+}
+
 static int parse_messages(const api_env *env, json_t *o, const json_t *tools, api_gen *g,
                           api_error *e)
 {
@@ -1269,17 +1321,43 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
         json_decref(norm);
         return rc;
     }
+    /* vLLM's add_generation_prompt (default true) and continue_final_message
+     * (default false; the reply continues the final message: "prefill") */
+    bool gen_prompt = true, cont = false;
+    if ((rc = get_bool(o, "add_generation_prompt", &gen_prompt, e)) != 0 ||
+        (rc = get_bool(o, "continue_final_message", &cont, e)) != 0) {
+        json_decref(norm);
+        return rc;
+    }
+    if (gen_prompt && cont && json_object_get(o, "add_generation_prompt") != NULL &&
+        !json_is_null(json_object_get(o, "add_generation_prompt"))) {
+        json_decref(norm);
+        return api_fail(e, 400, "invalid_value",
+                        "`continue_final_message` and `add_generation_prompt` cannot both be true");
+    }
+    if (cont) gen_prompt = false;
+    char *final = NULL; /* the final message's text, for continue_final_message */
+    if (cont) {
+        json_t *fc = json_object_get(json_array_get(norm, json_array_size(norm) - 1), "content");
+        final = strndup(json_string_value(fc), json_string_length(fc));
+        if (final == NULL) {
+            json_decref(norm);
+            return api_fail(e, 500, "out_of_memory", "out of memory");
+        }
+    }
     const char *tmpl = env->chat_template ? env->chat_template : k_chatml;
     json_t *extra = NULL;
     if ((rc = template_extra(tmpl, o, tools, &extra, e)) != 0) {
         json_decref(norm);
+        free(final);
         return rc;
     }
-    chat_template_opts opts = {.add_generation_prompt = true, .bos_token = env->bos,
+    chat_template_opts opts = {.add_generation_prompt = gen_prompt, .bos_token = env->bos,
                                .eos_token = env->eos, .tools = tools, .extra = extra};
     if (env->merge_system && merge_system_messages(norm) != 0) {
         json_decref(norm);
         json_decref(extra);
+        free(final);
         return api_fail(e, 500, "out_of_memory", "out of memory");
     }
     char *prompt = NULL;
@@ -1288,7 +1366,20 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     rc = chat_template_render(tmpl, strlen(tmpl), norm, &opts, &prompt, &prompt_len, &err);
     json_decref(norm);
     json_decref(extra);
-    if (rc != 0) return api_fail(e, 400, "template_error", "cannot render the chat template: %s", err.msg);
+    if (rc != 0) {
+        free(final);
+        return api_fail(e, 400, "template_error", "cannot render the chat template: %s", err.msg);
+    }
+    if (final != NULL) {
+        bool found = continue_final_cut(prompt, &prompt_len, final);
+        free(final);
+        if (!found) {
+            free(prompt);
+            return api_fail(e, 400, "invalid_value",
+                            "`continue_final_message`: the final message does not appear in the "
+                            "rendered prompt (the chat template changes it)");
+        }
+    }
     g->reasoning_open = g->reasoning == REASONING_THINK && reasoning_prompt_open(prompt, prompt_len);
     if (g->grammar != NULL && g->reasoning == REASONING_THINK && !reasoning_prompt_closed(prompt, prompt_len)) {
         /* the answer's grammar after the reasoning block (unless the
@@ -1401,6 +1492,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             if ((rc = get_bool(so, "include_usage", &g->include_usage, e)) != 0) goto out;
         }
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
+        if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_ignore_eos(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_structured(o, g, e)) != 0) goto out;

@@ -80,12 +80,18 @@ typedef struct api_input {
     size_t n;
 } api_input;
 
+/* The most ids of vLLM's `stop_token_ids`. */
+#define API_MAX_STOP_IDS 16
+
 typedef struct api_gen {
     enum api_kind kind;
     size_t n_choices;               /* `n`, 1..API_MAX_CHOICES (1 for embeddings) */
     bool stream, include_usage;
     char *stops[TEXTGEN_MAX_STOPS]; /* malloc'd */
     size_t n_stops;
+    int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids (textgen_stop_on) */
+    size_t n_stop_ids;
+    bool include_stop;              /* vLLM's include_stop_str_in_output */
     int32_t *prompt;                /* completions and chat; malloc'd */
     size_t n_prompt;
     api_input *inputs;              /* embeddings: (n_inputs), malloc'd; prompt unused */

@@ -140,6 +140,16 @@ static int release(textgen *tg, sbuf *out, bool final)
         if (m != NULL && (size_t)(m - h) < cut) cut = (size_t)(m - h);
     }
     if (cut < n) {
+        if (tg->include_stop) { /* the matched stop string too (the earliest-ending one at cut) */
+            size_t longest = 0;
+            for (size_t i = 0; i < tg->n_stops; i++) {
+                size_t sl = strlen(tg->stops[i]);
+                if (cut + sl <= n && memcmp(h + cut, tg->stops[i], sl) == 0 && (longest == 0 || sl < longest)) {
+                    longest = sl;
+                }
+            }
+            cut += longest;
+        }
         tg->ended = tg->hit_stop = true;
         int rc = sbuf_append(out, h, cut);
         tg->released += cut;
@@ -170,6 +180,13 @@ void textgen_keep(textgen *tg, const int32_t *ids, size_t n)
     tok_stream_keep(&tg->st, ids, n);
 }
 
+void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop)
+{
+    tg->stop_ids = ids;
+    tg->n_stop_ids = n;
+    tg->include_stop = include_stop;
+}
+
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
 {
     if (tg->ended) return 0;
@@ -190,6 +207,26 @@ int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
         return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
     rc = release(tg, out, false);
+    bool stop_id = false;
+    for (size_t i = 0; i < tg->n_stop_ids && !tg->ended; i++) stop_id = stop_id || tg->stop_ids[i] == id;
+    if (rc == 0 && stop_id) {
+        /* the text so far, this token's included (a character it left
+         * incomplete as U+FFFD), then the end */
+        const char *text2;
+        size_t n2, n_incomplete;
+        committed = tg->gen.len - tg->st.n_pending;
+        rc = tok_stream_finish(&tg->st, &text2, &n2, &n_incomplete, err);
+        if (rc != 0) return rc;
+        if (gen_update(tg, committed, text2, n2, NULL, 0) != 0 ||
+            sbuf_append(&tg->held, text2, n2 - n_incomplete) != 0 ||
+            (n_incomplete > 0 && sbuf_append(&tg->held, "\xef\xbf\xbd", 3) != 0)) {
+            return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+        }
+        rc = release(tg, out, true);
+        if (!tg->hit_stop) { /* no stop string matched in it: all released */
+            tg->ended = tg->hit_stop = true;
+        }
+    }
     update_visible(tg);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* From generated token ids to the text a client sees: streaming
  * detokenization (whole UTF-8 characters only), end-of-generation tokens
  * dropped, and stop strings — text that could still become a stop string is
- * held back, and the stop string itself is never returned.
+ * held back, and the stop string itself is not returned (unless asked) —
+ * and stop token ids.
  *
  * It also keeps, per generated token, where its bytes lie in the generated
  * text, so that logprobs can be reported for exactly the tokens whose text
@@ -59,6 +60,9 @@ typedef struct textgen {
     size_t n_visible;  /* toks[0..n_visible) are visible */
     size_t n_chars;    /* characters in gen[0..chars_at) */
     size_t chars_at;
+    const int32_t *stop_ids; /* borrowed: ids that end the text after their own */
+    size_t n_stop_ids;
+    bool include_stop;       /* a matched stop string is returned */
 } textgen;
 
 /* prompt[0..n_prompt) primes the detokenizer so spacing rules see the whole
@@ -69,6 +73,12 @@ int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_pr
  * (tok_stream_keep): the markers the request's reply format parses. Call
  * after textgen_init, before the first textgen_push. */
 void textgen_keep(textgen *tg, const int32_t *ids, size_t n);
+/* vLLM's stop_token_ids and include_stop_str_in_output: a token among
+ * ids[0..n) (borrowed) ends the text after its own text (none for a
+ * control token), as a stop string does (hit_stop); include_stop returns
+ * a matched stop string with the text before it. Call after textgen_init,
+ * before the first textgen_push. */
+void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop);
 /* Feeds one generated id; appends releasable text to out. After it returns
  * with tg->ended set, further ids are ignored. */
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err);

@@ -7,7 +7,8 @@
  * of `n` choices, the summed figures; and how timings print. System
  * messages for a template that takes none (Gemma 2's raises) join the
  * next user message, as llama-server does; `ignore_eos` as bans of the
- * end-of-generation tokens. */
+ * end-of-generation tokens; vLLM's continue_final_message and
+ * add_generation_prompt. */
 #define _GNU_SOURCE
 #include "http_client.h"
 #include "testdata.h"
@@ -273,6 +274,78 @@ static void test_system_messages_merged(void **state)
     free(gemma);
 }
 
+/* The prompt of completion text (the reference for a chat prompt). */
+static int32_t *text_prompt(const char *text, size_t *n)
+{
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 4096, .bos = "<bos>", .eos = "<eos>"};
+    json_t *b = json_pack("{s:s}", "prompt", text);
+    char *body = json_dumps(b, 0);
+    json_decref(b);
+    api_gen g;
+    api_error e;
+    if (api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e) != 0) fail_msg("%s", e.message);
+    free(body);
+    int32_t *ids = malloc(g.n_prompt * sizeof(int32_t));
+    assert_non_null(ids);
+    memcpy(ids, g.prompt, g.n_prompt * sizeof(int32_t));
+    *n = g.n_prompt;
+    api_gen_free(&g);
+    return ids;
+}
+
+static void assert_prompt_is(const char *tmpl, const char *body, const char *text)
+{
+    char msg[512] = "";
+    size_t na = 0, nb = 0;
+    int32_t *pa = chat_prompt(tmpl, body, &na, msg, sizeof(msg));
+    if (pa == NULL) fail_msg("%s: %s", body, msg);
+    int32_t *pb = text_prompt(text, &nb);
+    if (na != nb || memcmp(pa, pb, na * sizeof(int32_t)) != 0) fail_msg("%s: not the prompt of \"%s\"", body, text);
+    free(pa);
+    free(pb);
+}
+
+/* vLLM's continue_final_message (the reply continues the final message,
+ * cut as Hugging Face cuts it) and add_generation_prompt */
+static void test_continue_final_message(void **state)
+{
+    (void)state;
+    const char *keep = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<assistant>{% endif %}";
+    const char *trim = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<assistant>{% endif %}";
+    const char *upper = "{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}</{{ m.role }}>\n{% endfor %}";
+#define TURNS(last) "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"" last "\"}]"
+    assert_prompt_is(keep, TURNS("The answer is") ",\"continue_final_message\":true}",
+                     "<user>Hi</user>\n<assistant>The answer is");
+    assert_prompt_is(keep, TURNS("The answer is") ",\"continue_final_message\":true,\"add_generation_prompt\":false}",
+                     "<user>Hi</user>\n<assistant>The answer is");
+    /* trailing blanks stay where the template kept them... */
+    assert_prompt_is(keep, TURNS("The answer is ") ",\"continue_final_message\":true}",
+                     "<user>Hi</user>\n<assistant>The answer is ");
+    /* ...and the cut is after the text where it trimmed them */
+    assert_prompt_is(trim, TURNS("  The answer is  ") ",\"continue_final_message\":true}",
+                     "<user>Hi</user>\n<assistant>The answer is");
+    /* the last occurrence of the text is the final message's */
+    assert_prompt_is(keep, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+                           "\"content\":\"Hi\"}],\"continue_final_message\":true}",
+                     "<user>Hi</user>\n<assistant>Hi");
+    /* add_generation_prompt false alone: no assistant header */
+    assert_prompt_is(keep, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"add_generation_prompt\":false}",
+                     "<user>Hi</user>\n");
+    assert_prompt_is(keep, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", "<user>Hi</user>\n<assistant>");
+    char msg[512] = "";
+    size_t n = 0;
+    assert_null(chat_prompt(upper, TURNS("abc") ",\"continue_final_message\":true}", &n, msg, sizeof(msg)));
+    assert_non_null(strstr(msg, "`continue_final_message`: the final message does not appear"));
+    assert_null(chat_prompt(keep, TURNS("abc") ",\"continue_final_message\":true,\"add_generation_prompt\":true}",
+                            &n, msg, sizeof(msg)));
+    assert_non_null(strstr(msg, "cannot both be true"));
+    assert_null(chat_prompt(keep, TURNS("abc") ",\"continue_final_message\":1}", &n, msg, sizeof(msg)));
+    assert_non_null(strstr(msg, "`continue_final_message`"));
+#undef TURNS
+}
+
 static void test_choices_seeds(void **state)
 {
     (void)state;
@@ -519,6 +592,7 @@ ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_continue_final_message)
 ST_MODEL_TEST(test_ignore_eos)
 ST_MODEL_TEST(test_system_messages_merged)
 ST_MODEL_TEST(test_result_sum)
@@ -535,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_timings_print_short_guard),
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_continue_final_message_guard),
         cmocka_unit_test(test_ignore_eos_guard),
         cmocka_unit_test(test_system_messages_merged_guard),
         cmocka_unit_test(test_result_sum_guard),

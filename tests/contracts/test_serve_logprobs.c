@@ -351,6 +351,56 @@ static void test_visible_with_stop(void **state)
     tg_end(&t);
 }
 
+/* vLLM's stop_token_ids: the text ends after the stop token's own text
+ * (held-back text released with it); include_stop_str_in_output returns
+ * a matched stop string */
+static void test_stop_ids_and_included_stops(void **state)
+{
+    (void)state;
+    int32_t ids[5] = {find_token(","), find_token("▁there"), find_token("▁was"), find_token("▁a"),
+                      find_token("▁little")};
+    tg_run t;
+    tg_start(&t, "as not"); /* holds " was" back until the stop id */
+    int32_t stop_id[1] = {ids[2]};
+    textgen_stop_on(&t.tg, stop_id, 1, false);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
+    assert_true(t.tg.hit_stop);
+    assert_string_equal(t.out.data, ", there was");
+    assert_int_equal(t.tg.n_consumed, 3);
+    assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ", there was");
+    assert_int_equal(t.tg.n_visible, 3); /* the stop token counts: its text was returned */
+    tg_end(&t);
+
+    /* a stop string completed by the stop token still cuts first */
+    tg_start(&t, "ere w");
+    textgen_stop_on(&t.tg, stop_id, 1, false);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ", th");
+    tg_end(&t);
+
+    /* include_stop_str_in_output */
+    tg_start(&t, "as a");
+    textgen_stop_on(&t.tg, NULL, 0, true);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
+    assert_true(t.tg.hit_stop);
+    assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ", there was a");
+    assert_int_equal(t.tg.n_visible, 4);
+    tg_end(&t);
+
+    /* a control token (EOS here) as a stop id: no text of its own */
+    tg_start(&t, NULL);
+    int32_t eos[1] = {2};
+    textgen_stop_on(&t.tg, eos, 1, false);
+    assert_int_equal(textgen_push(&t.tg, ids[0], &t.out, NULL), 0);
+    assert_int_equal(textgen_push(&t.tg, 2, &t.out, NULL), 0);
+    assert_true(t.tg.ended);
+    assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ",");
+    tg_end(&t);
+}
+
 /* Byte tokens of one character: each is returned once the character is
  * complete, and all sit at that character's offset. */
 static void test_visible_partial_character(void **state)
@@ -630,6 +680,7 @@ ST_MODEL_TEST(test_chat_shape)
 ST_MODEL_TEST(test_choice_carries_logprobs)
 ST_MODEL_TEST(test_visible_without_stop)
 ST_MODEL_TEST(test_visible_with_stop)
+ST_MODEL_TEST(test_stop_ids_and_included_stops)
 ST_MODEL_TEST(test_visible_partial_character)
 ST_MODEL_TEST(test_server_logprobs)
 
@@ -645,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_choice_carries_logprobs_guard),
         cmocka_unit_test(test_visible_without_stop_guard),
         cmocka_unit_test(test_visible_with_stop_guard),
+        cmocka_unit_test(test_stop_ids_and_included_stops_guard),
         cmocka_unit_test(test_visible_partial_character_guard),
         cmocka_unit_test_teardown(test_server_logprobs_guard, st_kill_leftover),
     };

@@ -149,6 +149,40 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.ok(r.choices[0].text.length > 0);
   });
 
+  test("vLLM's stop_token_ids and include_stop_str_in_output", async () => {
+    const whole = (await greedy()).choices[0].text;
+    const at = whole.indexOf(' was');
+    assert.ok(at > 0, whole);
+    const tok = await (await server.fetch('/tokenize', {
+      // SentencePiece adds the leading space: the one token " was"
+      method: 'POST', body: JSON.stringify({ content: 'was', add_special: false }),
+    })).json();
+    assert.equal(tok.tokens.length, 1);
+    // the reply ends after the stop token, whose text it keeps (as vLLM does)
+    const r = await greedy({ stop_token_ids: [tok.tokens[0]] });
+    assert.equal(r.choices[0].text, whole.slice(0, at + 4));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const s = await drain(await greedy({ stop_token_ids: [tok.tokens[0]], stream: true }));
+    assert.equal(s.text, whole.slice(0, at + 4));
+    // a stop string, returned with the text before it
+    const inc = await greedy({ stop: 'was', include_stop_str_in_output: true });
+    assert.equal(inc.choices[0].text, whole.slice(0, at + 4));
+    assert.equal(inc.choices[0].finish_reason, 'stop');
+  });
+
+  test("vLLM's continue_final_message: the reply continues the assistant's text", async () => {
+    const messages = [{ role: 'user', content: 'Tell me a story.' }, { role: 'assistant', content: 'Once upon a time' }];
+    const base = { model: MODEL_NAME, messages, max_tokens: 12, temperature: 0 };
+    const next = await client.chat.completions.create(base);
+    const cont = await client.chat.completions.create({ ...base, continue_final_message: true, add_generation_prompt: false });
+    assert.ok(cont.usage.prompt_tokens < next.usage.prompt_tokens, 'no end of turn, no new header');
+    assert.ok(cont.choices[0].message.content.length > 0);
+    await assert.rejects(
+      client.chat.completions.create({ ...base, continue_final_message: true, add_generation_prompt: true }),
+      (e) => e.status === 400 && /cannot both be true/.test(e.message),
+    );
+  });
+
   test('a seed with temperature > 0 gives the same text again', async () => {
     const run = (seed) => client.completions.create({
       model: MODEL_NAME, prompt: 'The little dog', max_tokens: 48, temperature: 1.0, seed,
