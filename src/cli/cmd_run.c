@@ -84,6 +84,10 @@ static int eval_prompt(runner *r, const int32_t *prompt, int64_t n, strata_err *
     }
     int64_t keep = 0;
     while (keep < r->n_hist && keep < n && r->hist[keep] == prompt[keep]) keep++;
+    /* the penalties see the prompt's tokens too, as llama.cpp's command
+     * line and server feed them to their samplers (the ones kept from the
+     * last turn were seen then) */
+    for (int64_t i = keep; i < n; i++) sampler_accept(r->smp, prompt[i]);
     if (keep == n && n > 0) keep--; /* re-evaluate the last token to get its logits */
     int64_t todo = n - keep;
     int32_t *seq = malloc((size_t)(todo > 0 ? todo : 1) * sizeof(int32_t));

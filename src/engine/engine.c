@@ -1029,6 +1029,11 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
         int rc = sampler_new(&r->smp, &sp, (int32_t)e->n_vocab, err);
         free(bias); /* sampler_new copies it */
         if (rc != 0) return rc;
+        /* The penalties look at the last penalty_last_n tokens of the whole
+         * sequence, prompt included, as llama.cpp's server and command line
+         * feed their samplers. */
+        int64_t from = r->n_prompt - (int64_t)ps->penalty_last_n;
+        for (int64_t i = from > 0 ? from : 0; i < r->n_prompt; i++) sampler_accept(r->smp, r->prompt[i]);
     }
     int rc = kv_seq_add(e->kv, s, err);
     if (rc != 0) return rc;

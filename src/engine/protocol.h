@@ -44,8 +44,9 @@
  *     presence_penalty  number [0]
  *     frequency_penalty number [0]
  *     penalty_last_n    integer in [0, PROTO_MAX_PENALTY_LAST_N] [64]: how
- *                       many of the last generated tokens (not the prompt's,
- *                       as `strata run`) the penalties look at
+ *                       many of the sequence's last tokens, the prompt's
+ *                       included (as llama.cpp's server and command line),
+ *                       the penalties look at
  *     seed              integer in [0, 2^63-1]; absent or null: the engine
  *                       picks one (the output is then not reproducible)
  *     logit_bias        [[token, bias], ...] or {"token": bias, ...}; bias

@@ -518,8 +518,7 @@ static const unsupported_field k_unsupported[] = {
     {"xtc_probability", K_GEN, inert_zero, "0"},
     {"dynatemp_range", K_GEN, inert_zero, "0"},
     {"top_n_sigma", K_GEN, inert_not_positive, "a number <= 0"},
-    {"repeat_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
-    {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set"},
+    {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
     {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
     {"t_max_predict_ms", K_GEN, inert_zero, "0"},
@@ -1475,6 +1474,17 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "repeat_penalty", 1e-6, 100, &s->repeat_penalty, e)) != 0) goto out;
+        /* llama-server's window of the penalties, repeat_last_n: the last N
+         * tokens of prompt and reply; 0 none, -1 the context (as llama.cpp
+         * once took it) */
+        int64_t last_n = 0;
+        bool had_last_n = false;
+        if ((rc = get_int(o, "repeat_last_n", -1, PROTO_MAX_PENALTY_LAST_N, &last_n, &had_last_n, e)) != 0) goto out;
+        if (had_last_n) {
+            if (last_n < 0) last_n = env->n_ctx > 0 ? env->n_ctx : PROTO_MAX_PENALTY_LAST_N;
+            if (last_n > PROTO_MAX_PENALTY_LAST_N) last_n = PROTO_MAX_PENALTY_LAST_N;
+            s->penalty_last_n = (int32_t)last_n;
+        }
         if ((rc = get_int(o, "top_k", -1, INT32_MAX, &top_k, &had_top_k, e)) != 0) goto out;
         if (had_top_k) s->top_k = (int32_t)top_k;
         if ((rc = get_int(o, "seed", -1, INT64_MAX, &seed, &had_seed, e)) != 0) goto out;

@@ -423,6 +423,41 @@ static void test_ignore_eos(void **state)
     assert_non_null(strstr(e.message, "`ignore_eos`"));
 }
 
+/* llama-server's repeat_last_n: the penalties' window (-1: the context);
+ * penalty_last_n, which it does not read, only while no penalty is set */
+static void test_repeat_last_n(void **state)
+{
+    (void)state;
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 64};
+    api_gen g;
+    api_error e;
+    static const struct {
+        const char *body;
+        int status;
+        int32_t last_n;
+    } cases[] = {
+        {"{\"prompt\":[1,2]}", 0, 64},
+        {"{\"prompt\":[1,2],\"repeat_last_n\":16,\"repeat_penalty\":1.1}", 0, 16},
+        {"{\"prompt\":[1,2],\"repeat_last_n\":0}", 0, 0},
+        {"{\"prompt\":[1,2],\"repeat_last_n\":-1}", 0, 64},
+        {"{\"prompt\":[1,2],\"repeat_last_n\":-2}", 400, 0},
+        {"{\"prompt\":[1,2],\"repeat_last_n\":1.5}", 400, 0},
+        {"{\"prompt\":[1,2],\"penalty_last_n\":16}", 0, 64},
+        {"{\"prompt\":[1,2],\"penalty_last_n\":16,\"repeat_penalty\":1.1}", 400, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = api_parse_gen(&env, API_COMPLETION, cases[i].body, strlen(cases[i].body), &g, &e);
+        if (cases[i].status == 0) {
+            if (rc != 0) fail_msg("%s: %s", cases[i].body, e.message);
+            assert_int_equal(g.sampling.penalty_last_n, cases[i].last_n);
+            api_gen_free(&g);
+        } else {
+            if (rc == 0) fail_msg("%s was accepted", cases[i].body);
+            assert_int_equal(e.status, cases[i].status);
+        }
+    }
+}
+
 static void test_result_sum(void **state)
 {
     (void)state;
@@ -592,6 +627,7 @@ ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_repeat_last_n)
 ST_MODEL_TEST(test_continue_final_message)
 ST_MODEL_TEST(test_ignore_eos)
 ST_MODEL_TEST(test_system_messages_merged)
@@ -609,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_timings_print_short_guard),
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_repeat_last_n_guard),
         cmocka_unit_test(test_continue_final_message_guard),
         cmocka_unit_test(test_ignore_eos_guard),
         cmocka_unit_test(test_system_messages_merged_guard),

@@ -120,7 +120,6 @@ static const field_case k_refused[] = {
     {'c', "xtc_probability", "0.5"},
     {'c', "dynatemp_range", "0.5"},
     {'c', "top_n_sigma", "1.5"},
-    {'c', "repeat_last_n", "16,\"repeat_penalty\":1.2"},
     {'c', "penalty_last_n", "16,\"presence_penalty\":0.5"},
     {'c', "samplers", "[\"top_k\"]"},
     {'c', "lora", "[{\"id\":0,\"scale\":1}]"},

@@ -261,6 +261,48 @@ static void test_finish_reasons(void **state)
     fx_close(&f);
 }
 
+/* The penalties' window covers the prompt's last tokens, as llama.cpp's
+ * server and command line have it: a prompt token made the certain
+ * greedy choice by a bias is penalised away while it is within the last
+ * penalty_last_n tokens of the prompt, and chosen when it is not. */
+static void test_penalties_see_the_prompt(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 2, 256, 64);
+    const int32_t x = 403;
+    /* x, then 4 other tokens */
+    static const char *const fmt =
+        "{\"op\":\"gen\",\"id\":%d,\"tokens\":[1,403,300,301,302,303],\"max_tokens\":1,"
+        "\"sampling\":{\"temperature\":0,\"presence_penalty\":%s,\"penalty_last_n\":%d,"
+        "\"logit_bias\":{\"403\":50}}}";
+    static const struct {
+        const char *penalty;
+        int last_n;
+        bool want_x;
+    } cases[] = {
+        {"0", 64, true},     /* no penalty: the bias makes x certain */
+        {"100", 64, false},  /* x is in the window: penalised away */
+        {"100", 5, false},   /* the last 5 prompt tokens hold x */
+        {"100", 4, true},    /* the last 4 do not */
+        {"100", 0, true},    /* no window */
+    };
+    char line[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(line, sizeof(line), fmt, (int)i + 1, cases[i].penalty, cases[i].last_n);
+        fx_send(&f, line);
+        fx_run(&f);
+        et_assert_done(f.c, (int64_t)i + 1, PROTO_FINISH_LENGTH);
+        const et_rec *r = &f.c->recs[i + 1]; /* by id */
+        assert_int_equal(r->n_tok, 1);
+        if ((r->toks[0] == x) != cases[i].want_x) {
+            fail_msg("case %zu (penalty %s, last %d): token %d", i, cases[i].penalty, cases[i].last_n,
+                     r->toks[0]);
+        }
+    }
+    fx_close(&f);
+}
+
 static void test_context_and_bad_requests(void **state)
 {
     (void)state;
@@ -521,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_stop_mid_prefill),
         cmocka_unit_test(test_stop_mid_decode_and_queued),
         cmocka_unit_test(test_finish_reasons),
+        cmocka_unit_test(test_penalties_see_the_prompt),
         cmocka_unit_test(test_context_and_bad_requests),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_embeddings_match_llamacpp),
