@@ -530,7 +530,6 @@ static const unsupported_field k_unsupported[] = {
     {"use_beam_search", K_GEN, inert_false, "false"},
     {"min_tokens", K_GEN, inert_zero, "0"},
     {"skip_special_tokens", K_GEN, inert_true, "true"},
-    {"repetition_penalty", K_GEN, inert_one, "1"},
     {"length_penalty", K_GEN, inert_one, "1"},
     {"prompt_logprobs", K_GEN, NULL, NULL},
     {"chat_template", K_CHAT, NULL, NULL},
@@ -1484,6 +1483,21 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             if (last_n < 0) last_n = env->n_ctx > 0 ? env->n_ctx : PROTO_MAX_PENALTY_LAST_N;
             if (last_n > PROTO_MAX_PENALTY_LAST_N) last_n = PROTO_MAX_PENALTY_LAST_N;
             s->penalty_last_n = (int32_t)last_n;
+        }
+        /* vLLM's repetition_penalty: llama.cpp's repeat penalty (the same
+         * formula) over every token of prompt and reply */
+        float rep = 1.0f;
+        if ((rc = get_num(o, "repetition_penalty", 1e-6, 100, &rep, e)) != 0) goto out;
+        if (rep != 1.0f) {
+            if (s->repeat_penalty != 1.0f) {
+                rc = api_fail(e, 400, "invalid_value", "`repetition_penalty` and `repeat_penalty` cannot both be set; send one");
+                goto out;
+            }
+            s->repeat_penalty = rep;
+            if (!had_last_n) {
+                int64_t all = env->n_ctx > 0 ? env->n_ctx : PROTO_MAX_PENALTY_LAST_N;
+                s->penalty_last_n = (int32_t)(all < PROTO_MAX_PENALTY_LAST_N ? all : PROTO_MAX_PENALTY_LAST_N);
+            }
         }
         if ((rc = get_int(o, "top_k", -1, INT32_MAX, &top_k, &had_top_k, e)) != 0) goto out;
         if (had_top_k) s->top_k = (int32_t)top_k;

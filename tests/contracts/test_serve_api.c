@@ -424,7 +424,8 @@ static void test_ignore_eos(void **state)
 }
 
 /* llama-server's repeat_last_n: the penalties' window (-1: the context);
- * penalty_last_n, which it does not read, only while no penalty is set */
+ * penalty_last_n, which it does not read, only while no penalty is set;
+ * vLLM's repetition_penalty, over the whole sequence */
 static void test_repeat_last_n(void **state)
 {
     (void)state;
@@ -444,12 +445,21 @@ static void test_repeat_last_n(void **state)
         {"{\"prompt\":[1,2],\"repeat_last_n\":1.5}", 400, 0},
         {"{\"prompt\":[1,2],\"penalty_last_n\":16}", 0, 64},
         {"{\"prompt\":[1,2],\"penalty_last_n\":16,\"repeat_penalty\":1.1}", 400, 0},
+        /* vLLM's repetition_penalty: the repeat penalty over the whole sequence */
+        {"{\"prompt\":[1,2],\"repetition_penalty\":1.2}", 0, 64 /* n_ctx */},
+        {"{\"prompt\":[1,2],\"repetition_penalty\":1.2,\"repeat_last_n\":8}", 0, 8},
+        {"{\"prompt\":[1,2],\"repetition_penalty\":1}", 0, 64},
+        {"{\"prompt\":[1,2],\"repetition_penalty\":1.2,\"repeat_penalty\":1.1}", 400, 0},
+        {"{\"prompt\":[1,2],\"repetition_penalty\":0}", 400, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = api_parse_gen(&env, API_COMPLETION, cases[i].body, strlen(cases[i].body), &g, &e);
         if (cases[i].status == 0) {
             if (rc != 0) fail_msg("%s: %s", cases[i].body, e.message);
             assert_int_equal(g.sampling.penalty_last_n, cases[i].last_n);
+            if (strstr(cases[i].body, "\"repetition_penalty\":1.2") != NULL) {
+                assert_true(g.sampling.repeat_penalty == 1.2f);
+            }
             api_gen_free(&g);
         } else {
             if (rc == 0) fail_msg("%s was accepted", cases[i].body);

@@ -131,7 +131,6 @@ static const field_case k_refused[] = {
     {'c', "use_beam_search", "true"},
     {'c', "min_tokens", "4"},
     {'c', "skip_special_tokens", "false"},
-    {'c', "repetition_penalty", "1.1"},
     {'c', "length_penalty", "0.5"},
     {'c', "prompt_logprobs", "1"},
     {'h', "chat_template", "\"{{ messages }}\""},
