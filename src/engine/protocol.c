@@ -59,7 +59,7 @@ proto_sampling proto_sampling_default(void)
     return (proto_sampling){
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
         .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
-        .penalty_last_n = 64,
+        .penalty_last_n = 64, .xtc_threshold = 0.1f, .dynatemp_exponent = 1.0f,
     };
 }
 
@@ -202,6 +202,16 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     enc_set(e, so, "frequency_penalty",
             enc_real(e, s->frequency_penalty, "sampling.frequency_penalty"));
     enc_set(e, so, "penalty_last_n", enc_int(e, s->penalty_last_n));
+    /* llama.cpp's further samplers, written when on */
+    if (s->top_n_sigma > 0) enc_set(e, so, "top_n_sigma", enc_real(e, s->top_n_sigma, "sampling.top_n_sigma"));
+    if (s->xtc_probability > 0) {
+        enc_set(e, so, "xtc_probability", enc_real(e, s->xtc_probability, "sampling.xtc_probability"));
+        enc_set(e, so, "xtc_threshold", enc_real(e, s->xtc_threshold, "sampling.xtc_threshold"));
+    }
+    if (s->dynatemp_range > 0) {
+        enc_set(e, so, "dynatemp_range", enc_real(e, s->dynatemp_range, "sampling.dynatemp_range"));
+        enc_set(e, so, "dynatemp_exponent", enc_real(e, s->dynatemp_exponent, "sampling.dynatemp_exponent"));
+    }
     if (s->has_seed) {
         if (s->seed > (uint64_t)INT64_MAX) e->bad = "sampling.seed";
         enc_set(e, so, "seed", enc_int(e, (int64_t)(s->seed & (uint64_t)INT64_MAX)));
@@ -694,6 +704,12 @@ static void dec_sampling(dec *d, json_t *so, proto_sampling *s)
               &s->frequency_penalty);
     dec_i32(d, so, "penalty_last_n", "sampling.penalty_last_n", 0, PROTO_MAX_PENALTY_LAST_N,
             &s->penalty_last_n);
+    dec_float(d, so, "top_n_sigma", "sampling.top_n_sigma", -FLT_MAX, FLT_MAX, &s->top_n_sigma);
+    dec_float(d, so, "xtc_probability", "sampling.xtc_probability", 0.0, 1.0, &s->xtc_probability);
+    dec_float(d, so, "xtc_threshold", "sampling.xtc_threshold", 0.0, 1.0, &s->xtc_threshold);
+    dec_float(d, so, "dynatemp_range", "sampling.dynatemp_range", 0.0, FLT_MAX, &s->dynatemp_range);
+    dec_float(d, so, "dynatemp_exponent", "sampling.dynatemp_exponent", 0.0, FLT_MAX,
+              &s->dynatemp_exponent);
     int64_t seed = 0;
     dec_int(d, so, "seed", "sampling.seed", false, 0, INT64_MAX, &seed, &s->has_seed);
     if (s->has_seed) s->seed = (uint64_t)seed;

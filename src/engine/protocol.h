@@ -47,6 +47,15 @@
  *                       many of the sequence's last tokens, the prompt's
  *                       included (as llama.cpp's server and command line),
  *                       the penalties look at
+ *     top_n_sigma       number [0]; <= 0 off: logits below max - n x their
+ *                       standard deviation are dropped (llama.cpp's)
+ *     xtc_probability   number in [0,1] [0]; 0 off: XTC's chance per token
+ *     xtc_threshold     number in [0,1] [0.1]; > 0.5 off: XTC then drops the
+ *                       tokens of at least this probability but the least
+ *                       likely of them
+ *     dynatemp_range    number >= 0 [0]; 0 off: the temperature moves in
+ *                       [max(0, t - range), t + range] with the entropy
+ *     dynatemp_exponent number >= 0 [1]
  *     seed              integer in [0, 2^63-1]; absent or null: the engine
  *                       picks one (the output is then not reproducible)
  *     logit_bias        [[token, bias], ...] or {"token": bias, ...}; bias
@@ -332,6 +341,11 @@ typedef struct proto_sampling {
     float presence_penalty;
     float frequency_penalty;
     int32_t penalty_last_n;
+    float top_n_sigma;
+    float xtc_probability;
+    float xtc_threshold;
+    float dynatemp_range;
+    float dynatemp_exponent;
     bool has_seed;
     uint64_t seed;             /* <= INT64_MAX */
     proto_bias *logit_bias;    /* (n_logit_bias) */

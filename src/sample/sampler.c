@@ -1,7 +1,7 @@
 /* The per-sequence sampler chain (see sampler.h).
  *
  * Candidates are (token, logit) pairs in a buffer sized to the vocabulary.
- * Each truncating stage (top-k, typical, top-p, min-p) leaves the kept
+ * Each truncating stage (top-k, typical, top-p, min-p, XTC) leaves the kept
  * candidates at the front, sorted by descending logit where the stage
  * needs order. Sorting a whole vocabulary per token would cost
  * milliseconds, so the stages that need order take it incrementally from a
@@ -31,13 +31,15 @@ struct sampler {
 
     cand *cand;       /* n_vocab: by token id, then a heap */
     cand *sorted;     /* n_vocab: candidates taken from the heap, best first */
+    float *probs;     /* n_vocab: XTC's and the dynamic temperature's probabilities */
 };
 
 sample_params sample_params_default(void)
 {
     return (sample_params){
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
-        .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0,
+        .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0, .xtc_threshold = 0.1f,
+        .dynatemp_exponent = 1.0f,
     };
 }
 
@@ -62,8 +64,9 @@ int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_e
     s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
     s->cand = malloc((size_t)n_vocab * sizeof(cand));
     s->sorted = malloc((size_t)n_vocab * sizeof(cand));
+    s->probs = malloc((size_t)n_vocab * sizeof(float));
     if ((p->n_bias && s->bias == NULL) || (s->p.penalty_last_n && s->history == NULL) ||
-        s->counts == NULL || s->cand == NULL || s->sorted == NULL) {
+        s->counts == NULL || s->cand == NULL || s->sorted == NULL || s->probs == NULL) {
         sampler_free(s);
         return strata_err_set(err, STRATA_ENOMEM, "out of memory");
     }
@@ -82,6 +85,7 @@ void sampler_free(sampler *s)
     free(s->counts);
     free(s->cand);
     free(s->sorted);
+    free(s->probs);
     free(s);
 }
 
@@ -227,6 +231,42 @@ static int32_t argmax(const cand *c, int32_t n)
     return c[best].id;
 }
 
+/* Top-n-sigma: every logit below max - n x the standard deviation of the
+ * logits still in play is banned. Sums in float, in id order, as
+ * llama.cpp's sampler does them. */
+static void apply_top_n_sigma(cand *c, int32_t n, float n_sigma)
+{
+    float max = -INFINITY, sum = 0;
+    size_t valid = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].logit == -INFINITY) continue;
+        if (c[i].logit > max) max = c[i].logit;
+        sum += c[i].logit;
+        valid++;
+    }
+    if (valid <= 1) return;
+    float mean = sum / (float)valid, acc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].logit != -INFINITY) acc = (float)((double)acc + pow((double)(c[i].logit - mean), 2));
+    }
+    float sd = sqrtf(acc / (float)valid), floor_logit = max - n_sigma * sd;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].logit < floor_logit) c[i].logit = -INFINITY;
+    }
+}
+
+/* Probabilities (temperature 1, float, as llama.cpp's softmax) of the
+ * candidates c[0..n), sorted by descending logit, into pr. */
+static void softmax_sorted(const cand *c, size_t n, float *pr)
+{
+    float max = c[0].logit, z = 0;
+    for (size_t i = 0; i < n; i++) {
+        pr[i] = expf(c[i].logit - max);
+        z += pr[i];
+    }
+    for (size_t i = 0; i < n; i++) pr[i] /= z;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits)
 {
     const sample_params *p = &s->p;
@@ -234,7 +274,10 @@ int32_t sampler_sample(sampler *s, const float *logits)
     for (int32_t i = 0; i < n; i++) s->cand[i] = (cand){i, logits[i]};
     for (size_t i = 0; i < p->n_bias; i++) s->cand[p->bias[i].token].logit += p->bias[i].bias;
     apply_penalties(s);
-    if (p->temperature <= 0.0f) return argmax(s->cand, n);
+    bool xtc = p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f;
+    bool dyn = p->dynatemp_range > 0.0f;
+    if (p->temperature <= 0.0f && !xtc && !dyn) return argmax(s->cand, n);
+    if (p->top_n_sigma > 0.0f) apply_top_n_sigma(s->cand, n, p->top_n_sigma);
 
     /* Heap over every candidate that is not banned (-inf). */
     size_t n_heap = 0;
@@ -281,13 +324,41 @@ int32_t sampler_sample(sampler *s, const float *logits)
     order_take(&o, limit);
     if (limit > o.n_out) limit = o.n_out;
 
+    /* XTC: by chance, every candidate of at least the threshold's
+     * probability but the least likely of them goes. */
+    const cand *kept = o.out;
+    float *pr = s->probs;
+    if (xtc && limit >= 2 && (float)strata_rng_uniform(&s->rng) <= p->xtc_probability) {
+        softmax_sorted(kept, limit, pr);
+        size_t last = 0;
+        while (last + 1 < limit && pr[last + 1] >= p->xtc_threshold) last++;
+        if (pr[0] < p->xtc_threshold) last = 0;
+        kept += last;
+        limit -= last;
+    }
+    max = kept[0].logit;
+    float temp = p->temperature;
+    if (dyn && limit > 1) {
+        /* the dynamic temperature: the entropy of what is left, over the
+         * largest it could be, raised to the exponent, placed in the range */
+        float lo = p->temperature - p->dynatemp_range > 0.0f ? p->temperature - p->dynatemp_range : 0.0f;
+        float hi = p->temperature + p->dynatemp_range;
+        float max_entropy = -logf(1.0f / (float)limit), entropy = 0;
+        softmax_sorted(kept, limit, pr);
+        for (size_t i = 0; i < limit; i++) {
+            if (pr[i] > 0.0f) entropy -= pr[i] * logf(pr[i]);
+        }
+        temp = lo + (hi - lo) * powf(entropy / max_entropy, p->dynatemp_exponent);
+    }
+    if (temp <= 0.0f) return kept[0].id;
+
     /* Temperature, then one draw from this sequence's stream. */
     double z = 0;
-    for (size_t i = 0; i < limit; i++) z += exp(((double)o.out[i].logit - max) / p->temperature);
+    for (size_t i = 0; i < limit; i++) z += exp(((double)kept[i].logit - max) / temp);
     double u = strata_rng_uniform(&s->rng) * z, cum = 0;
     for (size_t i = 0; i < limit; i++) {
-        cum += exp(((double)o.out[i].logit - max) / p->temperature);
-        if (u < cum) return o.out[i].id;
+        cum += exp(((double)kept[i].logit - max) / temp);
+        if (u < cum) return kept[i].id;
     }
-    return o.out[limit - 1].id; /* u landed on the rounding edge */
+    return kept[limit - 1].id; /* u landed on the rounding edge */
 }

@@ -1,10 +1,12 @@
 /* Turning one position's logits into the next token, per sequence.
  *
- * The chain, in order: logit bias → repetition / presence / frequency
- * penalties over the last N tokens → top-k → typical → top-p → min-p →
- * temperature → a draw from the sequence's own RNG. With temperature <= 0
- * the draw is replaced by the argmax (after bias and penalties; ties go to
- * the lowest id), so greedy decoding needs no RNG at all.
+ * The chain, in order (llama.cpp's default order): logit bias →
+ * repetition / presence / frequency penalties over the last N tokens →
+ * top-n-sigma → top-k → typical → top-p → min-p → XTC → temperature (or
+ * the dynamic temperature) → a draw from the sequence's own RNG. With
+ * temperature <= 0 (and neither XTC nor a dynamic temperature on) the draw
+ * is replaced by the argmax (after bias and penalties; ties go to the
+ * lowest id), so greedy decoding needs no RNG at all.
  *
  * Isolation: a sampler belongs to one sequence. Its RNG is seeded from the
  * request's seed and advanced only by that sequence's draws, so a seeded
@@ -35,6 +37,13 @@ typedef struct sample_params {
     float presence_penalty;  /* 0: off; subtracted once from every token seen */
     float frequency_penalty; /* 0: off; subtracted once per occurrence */
     int32_t penalty_last_n;  /* tokens of history the penalties look at; 0: off */
+    float top_n_sigma;       /* <= 0: off; keeps logits >= max - n x their std deviation */
+    float xtc_probability;   /* <= 0: off; the chance per token that XTC cuts */
+    float xtc_threshold;     /* > 0.5: off; XTC drops every token of at least this
+                                probability but the least likely of them */
+    float dynatemp_range;    /* <= 0: off; the temperature then moves in
+                                [max(0, t - range), t + range] with the entropy */
+    float dynatemp_exponent; /* how the normalised entropy maps into that range */
     uint64_t seed;
     const sample_bias *bias; /* copied at sampler_new */
     size_t n_bias;

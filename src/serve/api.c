@@ -424,12 +424,6 @@ static bool inert_one(json_t *v, json_t *o)
     return json_is_number(v) && json_number_value(v) == 1;
 }
 
-static bool inert_not_positive(json_t *v, json_t *o)
-{
-    (void)o;
-    return json_is_number(v) && json_number_value(v) <= 0;
-}
-
 static bool inert_two(json_t *v, json_t *o)
 {
     (void)o;
@@ -515,9 +509,6 @@ static const unsupported_field k_unsupported[] = {
     {"mirostat", K_GEN, inert_zero, "0"},
     {"n_probs", K_GEN, inert_zero, "0"},
     {"dry_multiplier", K_GEN, inert_zero, "0"},
-    {"xtc_probability", K_GEN, inert_zero, "0"},
-    {"dynatemp_range", K_GEN, inert_zero, "0"},
-    {"top_n_sigma", K_GEN, inert_not_positive, "a number <= 0"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
     {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
@@ -1473,6 +1464,12 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, e)) != 0) goto out;
         if ((rc = get_num(o, "repeat_penalty", 1e-6, 100, &s->repeat_penalty, e)) != 0) goto out;
+        /* llama-server's further samplers (llama.cpp's order: sampler.h) */
+        if ((rc = get_num(o, "top_n_sigma", -1e6, 1e6, &s->top_n_sigma, e)) != 0) goto out;
+        if ((rc = get_num(o, "xtc_probability", 0, 1, &s->xtc_probability, e)) != 0) goto out;
+        if ((rc = get_num(o, "xtc_threshold", 0, 1, &s->xtc_threshold, e)) != 0) goto out;
+        if ((rc = get_num(o, "dynatemp_range", 0, 100, &s->dynatemp_range, e)) != 0) goto out;
+        if ((rc = get_num(o, "dynatemp_exponent", 0, 1e6, &s->dynatemp_exponent, e)) != 0) goto out;
         /* llama-server's window of the penalties, repeat_last_n: the last N
          * tokens of prompt and reply; 0 none, -1 the context (as llama.cpp
          * once took it) */

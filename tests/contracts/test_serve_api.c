@@ -466,6 +466,17 @@ static void test_repeat_last_n(void **state)
             assert_int_equal(e.status, cases[i].status);
         }
     }
+    /* llama-server's top_n_sigma, XTC and dynamic temperature reach the engine */
+    const char *b = "{\"prompt\":[1,2],\"top_n_sigma\":1.5,\"xtc_probability\":0.25,\"xtc_threshold\":0.125,"
+                    "\"dynatemp_range\":0.75,\"dynatemp_exponent\":2}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    assert_true(g.sampling.top_n_sigma == 1.5f && g.sampling.xtc_probability == 0.25f);
+    assert_true(g.sampling.xtc_threshold == 0.125f && g.sampling.dynatemp_range == 0.75f);
+    assert_true(g.sampling.dynatemp_exponent == 2.0f);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"xtc_probability\":1.5}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`xtc_probability`"));
 }
 
 static void test_result_sum(void **state)

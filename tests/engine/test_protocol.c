@@ -57,6 +57,11 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.sampling.presence_penalty = 0.3f;
     m.u.gen.sampling.frequency_penalty = -0.2f;
     m.u.gen.sampling.penalty_last_n = 128;
+    m.u.gen.sampling.top_n_sigma = 1.5f;
+    m.u.gen.sampling.xtc_probability = 0.25f;
+    m.u.gen.sampling.xtc_threshold = 0.125f;
+    m.u.gen.sampling.dynatemp_range = 0.75f;
+    m.u.gen.sampling.dynatemp_exponent = 2.0f;
     m.u.gen.sampling.has_seed = true;
     m.u.gen.sampling.seed = (uint64_t)INT64_MAX;
     m.u.gen.sampling.logit_bias = bias;
@@ -83,6 +88,8 @@ static void test_gen_roundtrip(void **state)
     assert_true(s->typical_p == 0.5f && s->repeat_penalty == 1.1f);
     assert_true(s->presence_penalty == 0.3f && s->frequency_penalty == -0.2f);
     assert_int_equal(s->penalty_last_n, 128);
+    assert_true(s->top_n_sigma == 1.5f && s->xtc_probability == 0.25f && s->xtc_threshold == 0.125f);
+    assert_true(s->dynatemp_range == 0.75f && s->dynatemp_exponent == 2.0f);
     assert_true(s->has_seed);
     assert_true(s->seed == (uint64_t)INT64_MAX);
     assert_int_equal(s->n_logit_bias, 3);

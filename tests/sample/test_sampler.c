@@ -183,6 +183,99 @@ static void test_truncation_stages(void **state)
     sampler_free(s);
 }
 
+/* llama.cpp's further stages: top-n-sigma, XTC, the dynamic temperature */
+static void test_sigma_xtc_dynatemp(void **state)
+{
+    (void)state;
+    /* logits 4, 3.5, 1, 0, 0: mean 1.7, population std 1.72; one sigma
+     * keeps logit >= 4 - 1.72 = 2.28: tokens 0 and 1 */
+    float logits[5] = {4.0f, 3.5f, 1.0f, 0.0f, 0.0f};
+    int counts[5];
+    sample_params p = plain(1.0f);
+    p.top_n_sigma = 1.0f;
+    sampler *s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 4000, counts);
+    assert_int_equal(counts[2] + counts[3] + counts[4], 0);
+    assert_true(counts[0] > 0 && counts[1] > 0);
+    sampler_free(s);
+    p.top_n_sigma = 3.0f; /* 4 - 5.16 < 0: all kept */
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, logits, 20000, counts);
+    for (int i = 0; i < 5; i++) assert_true(counts[i] > 0);
+    sampler_free(s);
+
+    /* XTC: probabilities 0.4 0.25 0.2 0.1 0.05; threshold 0.15 marks
+     * tokens 0..2, of which 0 and 1 go when it fires (always, at
+     * probability 1): 2, 3 and 4 are left */
+    float pl[5] = {logf(0.4f), logf(0.25f), logf(0.2f), logf(0.1f), logf(0.05f)};
+    p = plain(1.0f);
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = 0.15f;
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, pl, 6000, counts);
+    assert_int_equal(counts[0] + counts[1], 0);
+    assert_true(counts[2] > counts[3] && counts[3] > counts[4] && counts[4] > 0);
+    sampler_free(s);
+    /* greedy with XTC: the least likely of the marked tokens */
+    p.temperature = 0.0f;
+    s = make(&p, 5);
+    for (int i = 0; i < 50; i++) assert_int_equal(sampler_sample(s, pl), 2);
+    sampler_free(s);
+    /* only one token over the threshold: nothing goes */
+    p = plain(0.0f);
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = 0.3f;
+    s = make(&p, 5);
+    assert_int_equal(sampler_sample(s, pl), 0);
+    sampler_free(s);
+    /* a threshold over 0.5 is off (greedy stays the argmax); so is
+     * probability 0, which draws nothing from the stream */
+    p.xtc_threshold = 0.6f;
+    s = make(&p, 5);
+    assert_int_equal(sampler_sample(s, pl), 0);
+    sampler_free(s);
+    /* about half the tokens at probability 0.5 */
+    p = plain(1.0f);
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.15f;
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, pl, 8000, counts);
+    /* token 0: 0.4 of the half where XTC does not fire */
+    assert_true(counts[0] > 1400 && counts[0] < 1800);
+    sampler_free(s);
+
+    /* dynamic temperature: the range over a temperature of 0 samples (at
+     * most at the range's temperature), and an exponent that sends the
+     * normalised entropy to 0 is greedy */
+    p = plain(0.0f);
+    p.dynatemp_range = 2.0f;
+    p.dynatemp_exponent = 1.0f;
+    s = make(&p, 5);
+    memset(counts, 0, sizeof(counts));
+    histogram(s, pl, 4000, counts);
+    assert_true(counts[0] < 4000 && counts[4] > 0);
+    sampler_free(s);
+    p.dynatemp_exponent = 1000.0f; /* entropy/max < 1: powf gives 0, temperature 0 */
+    s = make(&p, 5);
+    for (int i = 0; i < 50; i++) assert_int_equal(sampler_sample(s, pl), 0);
+    sampler_free(s);
+    /* the temperature follows the entropy: a flat distribution samples at
+     * t + range, so its draws match plain sampling at that temperature */
+    float flat[4] = {0, 0, 0, 0};
+    p = plain(0.5f);
+    p.dynatemp_range = 0.5f;
+    sampler *a = make(&p, 4);
+    sample_params q = plain(1.0f);
+    sampler *b = make(&q, 4);
+    for (int i = 0; i < 200; i++) assert_int_equal(sampler_sample(a, flat), sampler_sample(b, flat));
+    sampler_free(a);
+    sampler_free(b);
+}
+
 static void test_seeded_streams_are_private(void **state)
 {
     (void)state;
@@ -240,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_distribution_matches_softmax),
         cmocka_unit_test(test_truncation_stages),
+        cmocka_unit_test(test_sigma_xtc_dynatemp),
         cmocka_unit_test(test_seeded_streams_are_private),
         cmocka_unit_test(test_everything_banned_still_answers),
     };
