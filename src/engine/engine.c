@@ -95,6 +95,7 @@ struct engine {
     int n_slots;
     int64_t n_ctx, n_batch, n_vocab, n_embd;
     uint8_t *is_eog;          /* (n_vocab) end-of-generation tokens */
+    float *ban_logits;        /* (n_vocab) logits with min_tokens' bans */
     /* Grammars (NULL when the model has no usable vocabulary: a gen with a
      * grammar is then refused): the mask index, each token's bytes, and the
      * scratch of one mask and one masked copy of the logits. */
@@ -477,6 +478,7 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     }
     size_t nb = (size_t)n_batch;
     e->is_eog = calloc((size_t)e->n_vocab, 1);
+    e->ban_logits = malloc((size_t)e->n_vocab * sizeof(float));
     e->slots = calloc((size_t)n_slots, sizeof(engine_req *));
     e->b_tok = malloc(nb * sizeof(int32_t));
     e->b_seq = malloc(nb * sizeof(int32_t));
@@ -493,7 +495,7 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     e->logits = malloc(logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
     e->hist = malloc((size_t)n_slots * (size_t)n_ctx * sizeof(int32_t));
-    if (!e->hist || !e->is_eog || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
+    if (!e->hist || !e->is_eog || !e->ban_logits || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
         !e->b_want_embd || !e->b_reqs || !e->b_prefill || !e->vec || !e->logits || !e->embd) {
         engine_free(e);
         return strata_err_set(err, STRATA_ENOMEM, "engine: out of memory for its buffers");
@@ -535,6 +537,7 @@ void engine_free(engine *e)
     free(e->d_logits);
     free(e->d_reqs);
     free(e->is_eog);
+    free(e->ban_logits);
     grammar_vocab_free(e->gvocab);
     engine_tok_bytes_free(&e->tok_bytes);
     free(e->gmask);
@@ -1553,6 +1556,17 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t dra
             e->glogits[t] = ok ? logits[t] : -INFINITY;
         }
         to_sample = e->glogits;
+    }
+    if (r->n_gen < g->min_tokens) {
+        /* min_tokens: no end-of-generation or stop token yet */
+        memcpy(e->ban_logits, to_sample, (size_t)e->n_vocab * sizeof(float));
+        for (int64_t t = 0; t < e->n_vocab; t++) {
+            if (e->is_eog[t]) e->ban_logits[t] = -INFINITY;
+        }
+        for (size_t i = 0; i < g->n_stop_tokens; i++) {
+            if (g->stop_tokens[i] >= 0 && g->stop_tokens[i] < e->n_vocab) e->ban_logits[g->stop_tokens[i]] = -INFINITY;
+        }
+        to_sample = e->ban_logits;
     }
     int32_t tok = sampler_sample(r->smp, to_sample);
     if (r->gstate != NULL && !(to_sample[tok] > -INFINITY)) {

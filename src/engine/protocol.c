@@ -241,6 +241,8 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
                 enc_tokens(e, g->stop_tokens, g->n_stop_tokens, "gen.stop_tokens"));
     }
     if (g->ignore_eos) enc_set(e, o, "ignore_eos", enc_take(e, json_true()));
+    if (g->min_tokens < 0) e->bad = "gen.min_tokens";
+    if (g->min_tokens > 0) enc_set(e, o, "min_tokens", enc_int(e, g->min_tokens));
     if (g->logprobs > PROTO_MAX_LOGPROBS || g->logprobs < -1) e->bad = "gen.logprobs";
     if (g->logprobs == 0) enc_set(e, o, "logprobs", enc_take(e, json_true()));
     if (g->logprobs > 0) enc_set(e, o, "logprobs", enc_int(e, g->logprobs));
@@ -738,6 +740,7 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
         dec_fail(d, "ignore_eos must be true or false");
     }
     g->ignore_eos = json_is_true(v);
+    dec_int(d, o, "min_tokens", "min_tokens", false, 0, INT64_MAX, &g->min_tokens, NULL);
     g->logprobs = -1;
     v = json_object_get(o, "logprobs");
     if (v == NULL || json_is_null(v) || json_is_false(v)) {

@@ -63,6 +63,10 @@
  *                       the token (-infinity)
  *   stop_tokens optional array of token ids that end the generation:
  *               `done` says `stop`; the stop token itself is not sent.
+ *   min_tokens  optional integer >= 0 [0]: until this many tokens are
+ *               generated, the end-of-generation tokens and stop_tokens
+ *               are banned (vLLM's min_tokens); a grammar that allows
+ *               nothing more still ends the output.
  *   ignore_eos  optional boolean [false]; false: the model's end-of-
  *               generation tokens (eos/eot and the like, from its
  *               tokenizer) stop it too, the same way (not sent).
@@ -362,6 +366,7 @@ typedef struct proto_gen {
     proto_sampling sampling;
     int32_t *stop_tokens;      /* (n_stop_tokens) */
     size_t n_stop_tokens;
+    int64_t min_tokens;        /* 0: none */
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
     bool no_cache;             /* `cache`: false */

@@ -192,6 +192,7 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     if (r->gen.tokens == NULL) return STRATA_ENOMEM;
     r->gen.n_tokens = g->n_prompt;
     r->gen.max_tokens = g->max_tokens;
+    r->gen.min_tokens = g->min_tokens;
     r->gen.logprobs = g->logprobs;
     r->gen.sampling = g->sampling;
     r->gen.sampling.logit_bias = NULL;
@@ -519,7 +520,6 @@ static const unsupported_field k_unsupported[] = {
     /* vLLM */
     {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
-    {"min_tokens", K_GEN, inert_zero, "0"},
     {"skip_special_tokens", K_GEN, inert_true, "true"},
     {"length_penalty", K_GEN, inert_one, "1"},
     {"prompt_logprobs", K_GEN, NULL, NULL},
@@ -1456,6 +1456,14 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         g->max_tokens = n_predict;
         if ((rc = get_int(o, "max_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
         if ((rc = get_int(o, "max_completion_tokens", 0, INT32_MAX, &g->max_tokens, NULL, e)) != 0) goto out;
+        /* vLLM's min_tokens: no end of generation, stop token id or stop
+         * string before that many tokens */
+        if ((rc = get_int(o, "min_tokens", 0, INT32_MAX, &g->min_tokens, NULL, e)) != 0) goto out;
+        if (g->max_tokens >= 0 && g->min_tokens > g->max_tokens) {
+            rc = api_fail(e, 400, "invalid_value", "`min_tokens` (%lld) is more than `max_tokens` (%lld)",
+                          (long long)g->min_tokens, (long long)g->max_tokens);
+            goto out;
+        }
         proto_sampling *s = &g->sampling;
         if ((rc = get_num(o, "temperature", 0, 100, &s->temperature, e)) != 0) goto out;
         if ((rc = get_num(o, "top_p", 0, 1, &s->top_p, e)) != 0) goto out;

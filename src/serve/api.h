@@ -92,6 +92,7 @@ typedef struct api_gen {
     int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids (textgen_stop_on) */
     size_t n_stop_ids;
     bool include_stop;              /* vLLM's include_stop_str_in_output */
+    int64_t min_tokens;             /* vLLM's min_tokens (protocol `min_tokens`) */
     int32_t *prompt;                /* completions and chat; malloc'd */
     size_t n_prompt;
     api_input *inputs;              /* embeddings: (n_inputs), malloc'd; prompt unused */

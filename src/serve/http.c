@@ -505,7 +505,8 @@ static int gen_run_prepare(gen_run *gr)
             return -1;
         }
         textgen_keep(&c->tg, gr->keep, gr->n_keep);
-        textgen_stop_on(&c->tg, gr->g.stop_ids, gr->g.n_stop_ids, gr->g.include_stop);
+        textgen_stop_on(&c->tg, gr->g.stop_ids, gr->g.n_stop_ids, gr->g.include_stop,
+                        (size_t)gr->g.min_tokens);
         c->tg_ready = true;
     }
     return 0;

@@ -135,7 +135,8 @@ static int release(textgen *tg, sbuf *out, bool final)
     const char *h = tg->held.data ? tg->held.data : "";
     size_t n = tg->held.len;
     size_t cut = n;  /* earliest full match */
-    for (size_t i = 0; i < tg->n_stops; i++) {
+    bool may_stop = tg->n_consumed >= tg->min_tokens;
+    for (size_t i = 0; i < tg->n_stops && may_stop; i++) {
         const char *m = n ? memmem(h, n, tg->stops[i], strlen(tg->stops[i])) : NULL;
         if (m != NULL && (size_t)(m - h) < cut) cut = (size_t)(m - h);
     }
@@ -180,11 +181,12 @@ void textgen_keep(textgen *tg, const int32_t *ids, size_t n)
     tok_stream_keep(&tg->st, ids, n);
 }
 
-void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop)
+void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop, size_t min_tokens)
 {
     tg->stop_ids = ids;
     tg->n_stop_ids = n;
     tg->include_stop = include_stop;
+    tg->min_tokens = min_tokens;
 }
 
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
@@ -208,7 +210,9 @@ int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err)
     }
     rc = release(tg, out, false);
     bool stop_id = false;
-    for (size_t i = 0; i < tg->n_stop_ids && !tg->ended; i++) stop_id = stop_id || tg->stop_ids[i] == id;
+    for (size_t i = 0; i < tg->n_stop_ids && !tg->ended && tg->n_consumed >= tg->min_tokens; i++) {
+        stop_id = stop_id || tg->stop_ids[i] == id;
+    }
     if (rc == 0 && stop_id) {
         /* the text so far, this token's included (a character it left
          * incomplete as U+FFFD), then the end */

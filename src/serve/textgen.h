@@ -63,6 +63,7 @@ typedef struct textgen {
     const int32_t *stop_ids; /* borrowed: ids that end the text after their own */
     size_t n_stop_ids;
     bool include_stop;       /* a matched stop string is returned */
+    size_t min_tokens;       /* no stop string or stop id ends the text before this many tokens */
 } textgen;
 
 /* prompt[0..n_prompt) primes the detokenizer so spacing rules see the whole
@@ -73,12 +74,14 @@ int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_pr
  * (tok_stream_keep): the markers the request's reply format parses. Call
  * after textgen_init, before the first textgen_push. */
 void textgen_keep(textgen *tg, const int32_t *ids, size_t n);
-/* vLLM's stop_token_ids and include_stop_str_in_output: a token among
- * ids[0..n) (borrowed) ends the text after its own text (none for a
- * control token), as a stop string does (hit_stop); include_stop returns
- * a matched stop string with the text before it. Call after textgen_init,
- * before the first textgen_push. */
-void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop);
+/* vLLM's stop_token_ids, include_stop_str_in_output and min_tokens: a
+ * token among ids[0..n) (borrowed) ends the text after its own text (none
+ * for a control token), as a stop string does (hit_stop); include_stop
+ * returns a matched stop string with the text before it; before
+ * min_tokens tokens neither a stop string nor a stop id ends the text (a
+ * stop string completed at or after that token does). Call after
+ * textgen_init, before the first textgen_push. */
+void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop, size_t min_tokens);
 /* Feeds one generated id; appends releasable text to out. After it returns
  * with tg->ended set, further ids are ignored. */
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err);

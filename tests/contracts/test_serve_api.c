@@ -474,6 +474,17 @@ static void test_repeat_last_n(void **state)
     assert_true(g.sampling.xtc_threshold == 0.125f && g.sampling.dynatemp_range == 0.75f);
     assert_true(g.sampling.dynatemp_exponent == 2.0f);
     api_gen_free(&g);
+    /* vLLM's min_tokens reaches the engine; never over max_tokens */
+    b = "{\"prompt\":[1,2],\"min_tokens\":4,\"max_tokens\":9}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    sreq *r = sreq_new(1, false);
+    assert_int_equal(api_gen_copy_to(&g, 0, r), 0);
+    assert_int_equal(r->gen.min_tokens, 4);
+    sreq_release(r);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"min_tokens\":10,\"max_tokens\":9}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`min_tokens`"));
     b = "{\"prompt\":[1,2],\"xtc_probability\":1.5}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
     assert_non_null(strstr(e.message, "`xtc_probability`"));

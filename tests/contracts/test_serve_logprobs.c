@@ -362,7 +362,7 @@ static void test_stop_ids_and_included_stops(void **state)
     tg_run t;
     tg_start(&t, "as not"); /* holds " was" back until the stop id */
     int32_t stop_id[1] = {ids[2]};
-    textgen_stop_on(&t.tg, stop_id, 1, false);
+    textgen_stop_on(&t.tg, stop_id, 1, false, 0);
     for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
     assert_true(t.tg.hit_stop);
     assert_string_equal(t.out.data, ", there was");
@@ -374,14 +374,14 @@ static void test_stop_ids_and_included_stops(void **state)
 
     /* a stop string completed by the stop token still cuts first */
     tg_start(&t, "ere w");
-    textgen_stop_on(&t.tg, stop_id, 1, false);
+    textgen_stop_on(&t.tg, stop_id, 1, false, 0);
     for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
     assert_string_equal(t.out.data, ", th");
     tg_end(&t);
 
     /* include_stop_str_in_output */
     tg_start(&t, "as a");
-    textgen_stop_on(&t.tg, NULL, 0, true);
+    textgen_stop_on(&t.tg, NULL, 0, true, 0);
     for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
     assert_true(t.tg.hit_stop);
     assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
@@ -389,10 +389,27 @@ static void test_stop_ids_and_included_stops(void **state)
     assert_int_equal(t.tg.n_visible, 4);
     tg_end(&t);
 
+    /* min_tokens: neither the stop id at token 3 nor the stop string in
+     * tokens 1-3 ends the text before token 4; " a" then ends it by id */
+    tg_start(&t, "there");
+    int32_t stops2[2] = {ids[2], ids[3]};
+    textgen_stop_on(&t.tg, stops2, 2, false, 4);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
+    assert_true(t.tg.hit_stop);
+    assert_string_equal(t.out.data, ", there was a");
+    assert_int_equal(t.tg.n_consumed, 4);
+    tg_end(&t);
+    /* a stop string completed by the min_tokens-th token still stops */
+    tg_start(&t, "as a");
+    textgen_stop_on(&t.tg, NULL, 0, false, 4);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(textgen_push(&t.tg, ids[i], &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ", there w");
+    tg_end(&t);
+
     /* a control token (EOS here) as a stop id: no text of its own */
     tg_start(&t, NULL);
     int32_t eos[1] = {2};
-    textgen_stop_on(&t.tg, eos, 1, false);
+    textgen_stop_on(&t.tg, eos, 1, false, 0);
     assert_int_equal(textgen_push(&t.tg, ids[0], &t.out, NULL), 0);
     assert_int_equal(textgen_push(&t.tg, 2, &t.out, NULL), 0);
     assert_true(t.tg.ended);

@@ -149,6 +149,14 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.ok(r.choices[0].text.length > 0);
   });
 
+  test("vLLM's min_tokens: no end before that many tokens", async () => {
+    const eos = { logit_bias: { 2: 100 } }; // the EOS certain at every step
+    const r = await greedy({ ...eos, min_tokens: 6 });
+    assert.equal(r.usage.completion_tokens, 6);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    await assert.rejects(greedy({ min_tokens: 50, max_tokens: 10 }), (e) => e.status === 400 && /min_tokens/.test(e.message));
+  });
+
   test("vLLM's stop_token_ids and include_stop_str_in_output", async () => {
     const whole = (await greedy()).choices[0].text;
     const at = whole.indexOf(' was');

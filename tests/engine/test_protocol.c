@@ -69,6 +69,7 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.stop_tokens = stops;
     m.u.gen.n_stop_tokens = 2;
     m.u.gen.ignore_eos = true;
+    m.u.gen.min_tokens = 7;
     m.u.gen.logprobs = 5;
     m.u.gen.no_cache = true;
     proto_msg r;
@@ -99,6 +100,7 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.n_stop_tokens, 2);
     assert_int_equal(r.u.gen.stop_tokens[1], 13);
     assert_true(r.u.gen.ignore_eos);
+    assert_int_equal(r.u.gen.min_tokens, 7);
     assert_int_equal(r.u.gen.logprobs, 5);
     assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);

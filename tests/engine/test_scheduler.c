@@ -261,6 +261,37 @@ static void test_finish_reasons(void **state)
     fx_close(&f);
 }
 
+/* min_tokens: an EOS made certain by a bias comes only after that many
+ * tokens; a stop token is held back the same way. */
+static void test_min_tokens(void **state)
+{
+    (void)state;
+    et_golden g[1];
+    et_load_greedy(g, 1);
+    fixture f;
+    fx_open(&f, 2, 512, 64);
+    fx_send(&f, "{\"op\":\"gen\",\"id\":1,\"tokens\":[1,403],\"max_tokens\":20,\"min_tokens\":5,"
+                "\"sampling\":{\"temperature\":0,\"logit_bias\":{\"2\":100}}}");
+    fx_run(&f);
+    et_assert_done(f.c, 1, PROTO_FINISH_STOP);
+    assert_int_equal(f.c->recs[1].n_tok, 5);
+    for (int i = 0; i < 5; i++) assert_true(f.c->recs[1].toks[i] != 2);
+    /* the greedy output's token k as a stop token: banned until min_tokens,
+     * so the output runs past its first occurrence to a later one (or to
+     * max_tokens) */
+    int32_t stop = g[0].gen[0];
+    char extra[96];
+    snprintf(extra, sizeof(extra), "\"stop_tokens\":[%d],\"min_tokens\":3", stop);
+    fx_gen(&f, 2, g[0].prompt, g[0].n_prompt, 30, 0, -1, extra);
+    fx_run(&f);
+    assert_true(f.c->recs[2].n_tok >= 3);
+    for (size_t i = 0; i < 3; i++) assert_true(f.c->recs[2].toks[i] != stop);
+    fx_send(&f, "{\"op\":\"gen\",\"id\":3,\"tokens\":[1,403],\"min_tokens\":-1}");
+    fx_run(&f);
+    et_assert_err(f.c, 3, PROTO_ERR_BAD_REQUEST);
+    fx_close(&f);
+}
+
 /* The penalties' window covers the prompt's last tokens, as llama.cpp's
  * server and command line have it: a prompt token made the certain
  * greedy choice by a bias is penalised away while it is within the last
@@ -564,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_stop_mid_decode_and_queued),
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_penalties_see_the_prompt),
+        cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_context_and_bad_requests),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_embeddings_match_llamacpp),
