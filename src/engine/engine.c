@@ -1017,7 +1017,8 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
             .frequency_penalty = ps->frequency_penalty, .penalty_last_n = ps->penalty_last_n,
             .top_n_sigma = ps->top_n_sigma, .xtc_probability = ps->xtc_probability,
             .xtc_threshold = ps->xtc_threshold, .dynatemp_range = ps->dynatemp_range,
-            .dynatemp_exponent = ps->dynatemp_exponent,
+            .dynatemp_exponent = ps->dynatemp_exponent, .mirostat = ps->mirostat,
+            .mirostat_tau = ps->mirostat_tau, .mirostat_eta = ps->mirostat_eta,
             .seed = ps->has_seed ? ps->seed : pick_seed(e, r->id),
         };
         /* proto_bias and sample_bias have the same fields; copy to be safe */

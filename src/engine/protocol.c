@@ -60,6 +60,7 @@ proto_sampling proto_sampling_default(void)
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
         .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
         .penalty_last_n = 64, .xtc_threshold = 0.1f, .dynatemp_exponent = 1.0f,
+        .mirostat_tau = 5.0f, .mirostat_eta = 0.1f,
     };
 }
 
@@ -207,6 +208,11 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (s->xtc_probability > 0) {
         enc_set(e, so, "xtc_probability", enc_real(e, s->xtc_probability, "sampling.xtc_probability"));
         enc_set(e, so, "xtc_threshold", enc_real(e, s->xtc_threshold, "sampling.xtc_threshold"));
+    }
+    if (s->mirostat != 0) {
+        enc_set(e, so, "mirostat", enc_int(e, s->mirostat));
+        enc_set(e, so, "mirostat_tau", enc_real(e, s->mirostat_tau, "sampling.mirostat_tau"));
+        enc_set(e, so, "mirostat_eta", enc_real(e, s->mirostat_eta, "sampling.mirostat_eta"));
     }
     if (s->dynatemp_range > 0) {
         enc_set(e, so, "dynatemp_range", enc_real(e, s->dynatemp_range, "sampling.dynatemp_range"));
@@ -712,6 +718,9 @@ static void dec_sampling(dec *d, json_t *so, proto_sampling *s)
     dec_float(d, so, "dynatemp_range", "sampling.dynatemp_range", 0.0, FLT_MAX, &s->dynatemp_range);
     dec_float(d, so, "dynatemp_exponent", "sampling.dynatemp_exponent", 0.0, FLT_MAX,
               &s->dynatemp_exponent);
+    dec_i32(d, so, "mirostat", "sampling.mirostat", 0, 2, &s->mirostat);
+    dec_float(d, so, "mirostat_tau", "sampling.mirostat_tau", 0.0, FLT_MAX, &s->mirostat_tau);
+    dec_float(d, so, "mirostat_eta", "sampling.mirostat_eta", 0.0, FLT_MAX, &s->mirostat_eta);
     int64_t seed = 0;
     dec_int(d, so, "seed", "sampling.seed", false, 0, INT64_MAX, &seed, &s->has_seed);
     if (s->has_seed) s->seed = (uint64_t)seed;

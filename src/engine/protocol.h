@@ -56,6 +56,10 @@
  *     dynatemp_range    number >= 0 [0]; 0 off: the temperature moves in
  *                       [max(0, t - range), t + range] with the entropy
  *     dynatemp_exponent number >= 0 [1]
+ *     mirostat          0, 1 or 2 [0]: Mirostat 1.0 / 2.0 (llama.cpp's chain:
+ *                       bias, temperature, Mirostat; no penalties, top-k ...)
+ *     mirostat_tau      number >= 0 [5]: its target surprise
+ *     mirostat_eta      number >= 0 [0.1]: its learning rate
  *     seed              integer in [0, 2^63-1]; absent or null: the engine
  *                       picks one (the output is then not reproducible)
  *     logit_bias        [[token, bias], ...] or {"token": bias, ...}; bias
@@ -350,6 +354,9 @@ typedef struct proto_sampling {
     float xtc_threshold;
     float dynatemp_range;
     float dynatemp_exponent;
+    int32_t mirostat;
+    float mirostat_tau;
+    float mirostat_eta;
     bool has_seed;
     uint64_t seed;             /* <= INT64_MAX */
     proto_bias *logit_bias;    /* (n_logit_bias) */

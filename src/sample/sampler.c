@@ -31,6 +31,7 @@ struct sampler {
 
     cand *cand;       /* n_vocab: by token id, then a heap */
     cand *sorted;     /* n_vocab: candidates taken from the heap, best first */
+    float mu;         /* Mirostat's state: 2 tau at the start */
     float *probs;     /* n_vocab: XTC's and the dynamic temperature's probabilities */
 };
 
@@ -39,7 +40,7 @@ sample_params sample_params_default(void)
     return (sample_params){
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
         .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0, .xtc_threshold = 0.1f,
-        .dynatemp_exponent = 1.0f,
+        .dynatemp_exponent = 1.0f, .mirostat_tau = 5.0f, .mirostat_eta = 0.1f,
     };
 }
 
@@ -73,6 +74,7 @@ int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_e
     if (p->n_bias) memcpy(s->bias, p->bias, p->n_bias * sizeof(*s->bias));
     s->p.bias = s->bias;
     strata_rng_seed(&s->rng, p->seed);
+    s->mu = 2.0f * p->mirostat_tau;
     *out = s;
     return 0;
 }
@@ -267,12 +269,80 @@ static void softmax_sorted(const cand *c, size_t n, float *pr)
     for (size_t i = 0; i < n; i++) pr[i] /= z;
 }
 
+/* Mirostat (llama.cpp's chain for it: bias, temperature, then this):
+ * version 2 keeps the tokens whose surprise -log2 p is at most mu;
+ * version 1 estimates the Zipf exponent s from the best 100 and keeps the
+ * k that its surprise target gives. A draw among them, then mu moves by
+ * eta x (the drawn token's surprise - tau). */
+static int32_t mirostat(sampler *s)
+{
+    const sample_params *p = &s->p;
+    int32_t n = s->n_vocab;
+    size_t n_heap = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->cand[i].logit > -INFINITY) s->cand[n_heap++] = s->cand[i];
+    }
+    if (n_heap == 0) return argmax(s->cand, n);
+    if (p->temperature <= 0.0f) n_heap = 0; /* the temperature keeps the best only */
+    for (size_t i = 0; i < n_heap; i++) s->cand[i].logit /= p->temperature;
+    size_t keep = 1;
+    order o = {.heap = s->cand, .n_heap = n_heap, .out = s->sorted, .n_out = 0};
+    if (n_heap == 0) { /* greedy: the argmax, with probability 1 */
+        int32_t best = argmax(s->cand, n);
+        s->mu -= p->mirostat_eta * (0.0f - p->mirostat_tau);
+        return best;
+    }
+    for (size_t i = n_heap / 2; i-- > 0;) heap_down(s->cand, n_heap, i);
+    order_take(&o, 1);
+    float max = o.out[0].logit;
+    double z = mass(&o, n_heap, max);
+    if (p->mirostat == 2) {
+        /* p >= 2^-mu  <=>  logit >= max + log(z) - mu ln 2 */
+        double floor_logit = (double)max + log(z) - (double)s->mu * log(2.0);
+        while (keep < n_heap) {
+            order_take(&o, keep + 1);
+            if (o.n_out <= keep || (double)o.out[keep].logit < floor_logit) break;
+            keep++;
+        }
+    } else {
+        size_t m = n_heap < 100 ? n_heap : 100;
+        order_take(&o, m);
+        double sum_tb = 0, sum_tt = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            double t = log((double)(i + 2) / (double)(i + 1));
+            sum_tb += t * ((double)o.out[i].logit - (double)o.out[i + 1].logit);
+            sum_tt += t * t;
+        }
+        double s_hat = sum_tt > 0 ? sum_tb / sum_tt : 1.0, eps = s_hat - 1;
+        double k = pow(eps * pow(2.0, (double)s->mu) / (1 - pow((double)n, -eps)), 1 / s_hat);
+        /* k over the candidates (or past what a double holds): all of them */
+        keep = !(k >= 1) ? 1 : k < (double)n_heap ? (size_t)k : n_heap;
+        order_take(&o, keep);
+        if (keep > o.n_out) keep = o.n_out;
+    }
+    double zk = 0;
+    for (size_t i = 0; i < keep; i++) zk += exp((double)o.out[i].logit - max);
+    double u = strata_rng_uniform(&s->rng) * zk, cum = 0;
+    size_t pick = keep - 1;
+    for (size_t i = 0; i < keep; i++) {
+        cum += exp((double)o.out[i].logit - max);
+        if (u < cum) {
+            pick = i;
+            break;
+        }
+    }
+    double surprise = -log2(exp((double)o.out[pick].logit - max) / zk);
+    s->mu -= p->mirostat_eta * (float)(surprise - (double)p->mirostat_tau);
+    return o.out[pick].id;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits)
 {
     const sample_params *p = &s->p;
     int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->cand[i] = (cand){i, logits[i]};
     for (size_t i = 0; i < p->n_bias; i++) s->cand[p->bias[i].token].logit += p->bias[i].bias;
+    if (p->mirostat == 1 || p->mirostat == 2) return mirostat(s);
     apply_penalties(s);
     bool xtc = p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f;
     bool dyn = p->dynatemp_range > 0.0f;

@@ -6,7 +6,9 @@
  * the dynamic temperature) → a draw from the sequence's own RNG. With
  * temperature <= 0 (and neither XTC nor a dynamic temperature on) the draw
  * is replaced by the argmax (after bias and penalties; ties go to the
- * lowest id), so greedy decoding needs no RNG at all.
+ * lowest id), so greedy decoding needs no RNG at all. Mirostat replaces
+ * everything after the bias by temperature then its own truncation, which
+ * keeps a state (mu) that each sample updates.
  *
  * Isolation: a sampler belongs to one sequence. Its RNG is seeded from the
  * request's seed and advanced only by that sequence's draws, so a seeded
@@ -44,6 +46,10 @@ typedef struct sample_params {
     float dynatemp_range;    /* <= 0: off; the temperature then moves in
                                 [max(0, t - range), t + range] with the entropy */
     float dynatemp_exponent; /* how the normalised entropy maps into that range */
+    int32_t mirostat;        /* 0 off; 1 or 2: Mirostat 1.0 / 2.0 instead of the chain
+                                after the bias (no penalties, top-k/p ... : llama.cpp's) */
+    float mirostat_tau;      /* its target surprise (bits) */
+    float mirostat_eta;      /* its learning rate */
     uint64_t seed;
     const sample_bias *bias; /* copied at sampler_new */
     size_t n_bias;

@@ -507,7 +507,6 @@ static const unsupported_field k_unsupported[] = {
     {"best_of", K_CMPL, inert_best_of, "`n`"},
     {"dimensions", K_EMB, NULL, NULL},
     /* llama-server */
-    {"mirostat", K_GEN, inert_zero, "0"},
     {"n_probs", K_GEN, inert_zero, "0"},
     {"dry_multiplier", K_GEN, inert_zero, "0"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
@@ -1478,6 +1477,11 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = get_num(o, "xtc_threshold", 0, 1, &s->xtc_threshold, e)) != 0) goto out;
         if ((rc = get_num(o, "dynatemp_range", 0, 100, &s->dynatemp_range, e)) != 0) goto out;
         if ((rc = get_num(o, "dynatemp_exponent", 0, 1e6, &s->dynatemp_exponent, e)) != 0) goto out;
+        int64_t miro = 0;
+        if ((rc = get_int(o, "mirostat", 0, 2, &miro, NULL, e)) != 0) goto out;
+        s->mirostat = (int32_t)miro;
+        if ((rc = get_num(o, "mirostat_tau", 0, 1e6, &s->mirostat_tau, e)) != 0) goto out;
+        if ((rc = get_num(o, "mirostat_eta", 0, 1e6, &s->mirostat_eta, e)) != 0) goto out;
         /* llama-server's window of the penalties, repeat_last_n: the last N
          * tokens of prompt and reply; 0 none, -1 the context (as llama.cpp
          * once took it) */

@@ -474,6 +474,13 @@ static void test_repeat_last_n(void **state)
     assert_true(g.sampling.xtc_threshold == 0.125f && g.sampling.dynatemp_range == 0.75f);
     assert_true(g.sampling.dynatemp_exponent == 2.0f);
     api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"mirostat\":2,\"mirostat_tau\":3.5,\"mirostat_eta\":0.25}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    assert_true(g.sampling.mirostat == 2 && g.sampling.mirostat_tau == 3.5f && g.sampling.mirostat_eta == 0.25f);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"mirostat\":3}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`mirostat`"));
     /* vLLM's min_tokens reaches the engine; never over max_tokens */
     b = "{\"prompt\":[1,2],\"min_tokens\":4,\"max_tokens\":9}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);

@@ -114,7 +114,6 @@ static const field_case k_refused[] = {
     {'c', "echo", "true"},
     {'c', "best_of", "3"},
     {'e', "dimensions", "8"},
-    {'c', "mirostat", "2"},
     {'c', "n_probs", "3"},
     {'c', "dry_multiplier", "0.8"},
     {'c', "penalty_last_n", "16,\"presence_penalty\":0.5"},

@@ -62,6 +62,9 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.sampling.xtc_threshold = 0.125f;
     m.u.gen.sampling.dynatemp_range = 0.75f;
     m.u.gen.sampling.dynatemp_exponent = 2.0f;
+    m.u.gen.sampling.mirostat = 2;
+    m.u.gen.sampling.mirostat_tau = 3.5f;
+    m.u.gen.sampling.mirostat_eta = 0.25f;
     m.u.gen.sampling.has_seed = true;
     m.u.gen.sampling.seed = (uint64_t)INT64_MAX;
     m.u.gen.sampling.logit_bias = bias;
@@ -91,6 +94,7 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(s->penalty_last_n, 128);
     assert_true(s->top_n_sigma == 1.5f && s->xtc_probability == 0.25f && s->xtc_threshold == 0.125f);
     assert_true(s->dynatemp_range == 0.75f && s->dynatemp_exponent == 2.0f);
+    assert_true(s->mirostat == 2 && s->mirostat_tau == 3.5f && s->mirostat_eta == 0.25f);
     assert_true(s->has_seed);
     assert_true(s->seed == (uint64_t)INT64_MAX);
     assert_int_equal(s->n_logit_bias, 3);

@@ -276,6 +276,63 @@ static void test_sigma_xtc_dynatemp(void **state)
     sampler_free(b);
 }
 
+/* Mirostat 1.0 and 2.0: a low target surprise keeps the best token only
+ * at first, a high one samples the whole softmax; mu moves with each draw;
+ * penalties do not apply (llama.cpp's chain) */
+static void test_mirostat(void **state)
+{
+    (void)state;
+    float pl[5] = {logf(0.4f), logf(0.25f), logf(0.2f), logf(0.1f), logf(0.05f)};
+    int counts[5];
+    for (int version = 1; version <= 2; version++) {
+        sample_params p = plain(1.0f);
+        p.mirostat = version;
+        p.mirostat_tau = 0.4f; /* mu 0.8: only tokens of p >= 0.57 for v2 */
+        p.mirostat_eta = 0.1f;
+        sampler *s = make(&p, 5);
+        for (int i = 0; i < 3; i++) assert_int_equal(sampler_sample(s, pl), 0);
+        sampler_free(s);
+        p.mirostat_tau = 3.0f; /* above the entropy (2.04 bits): everything kept, the softmax */
+        s = make(&p, 5);
+        memset(counts, 0, sizeof(counts));
+        histogram(s, pl, 8000, counts);
+        const double want[5] = {0.4, 0.25, 0.2, 0.1, 0.05};
+        for (int i = 0; i < 5; i++) {
+            double got = counts[i] / 8000.0;
+            if (fabs(got - want[i]) > 0.03) fail_msg("mirostat %d token %d: %.3f, want %.3f", version, i, got, want[i]);
+        }
+        sampler_free(s);
+        /* penalties are not part of its chain; temperature 0 is the argmax */
+        p = plain(0.0f);
+        p.mirostat = version;
+        p.mirostat_tau = 5.0f;
+        p.mirostat_eta = 0.1f;
+        p.repeat_penalty = 100.0f;
+        p.presence_penalty = 100.0f;
+        s = make(&p, 5);
+        sampler_accept(s, 0);
+        assert_int_equal(sampler_sample(s, pl), 0);
+        sampler_free(s);
+    }
+    /* a target of 1 bit (the softmax's entropy is 2.04): mu settles where
+     * about two tokens are kept; the best is drawn more often than its 0.4,
+     * the fourth and fifth never (both versions) */
+    for (int version = 1; version <= 2; version++) {
+        sample_params p = plain(1.0f);
+        p.mirostat = version;
+        p.mirostat_tau = 1.0f;
+        p.mirostat_eta = 0.1f;
+        sampler *s = make(&p, 5);
+        memset(counts, 0, sizeof(counts));
+        histogram(s, pl, 4000, counts);
+        if (!(counts[0] > 2000 && counts[1] > 1000 && counts[3] + counts[4] == 0)) {
+            fail_msg("mirostat %d, tau 1: %d %d %d %d %d", version, counts[0], counts[1], counts[2], counts[3],
+                     counts[4]);
+        }
+        sampler_free(s);
+    }
+}
+
 static void test_seeded_streams_are_private(void **state)
 {
     (void)state;
@@ -334,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_distribution_matches_softmax),
         cmocka_unit_test(test_truncation_stages),
         cmocka_unit_test(test_sigma_xtc_dynatemp),
+        cmocka_unit_test(test_mirostat),
         cmocka_unit_test(test_seeded_streams_are_private),
         cmocka_unit_test(test_everything_banned_still_answers),
     };
