@@ -1146,6 +1146,11 @@ static int template_extra(const char *tmpl, json_t *o, const json_t *tools, json
     return 0;
 }
 
+const char *api_chat_template(const char *tmpl)
+{
+    return tmpl != NULL ? tmpl : k_chatml;
+}
+
 bool api_template_takes_system(const char *tmpl, const char *bos, const char *eos)
 {
     static const char needle[] = "<strata system probe 7f3a>";

@@ -62,6 +62,10 @@ typedef struct api_env {
                                   texts join the next user message */
 } api_env;
 
+/* The chat template a server renders with: tmpl, or ChatML when the
+ * model has none. */
+const char *api_chat_template(const char *tmpl);
+
 /* Whether chat template tmpl (NULL: ChatML) shows a system message: a
  * probe conversation (a system message, then a user one) renders without
  * error and its prompt holds the system text. Gemma 2's template raises on

@@ -989,6 +989,26 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
  * object per replica; kv is null until that replica's engine, as now
  * running, has sent a pong with KV figures. Returns a new reference, or NULL
  * when out of memory. */
+/* GET /props: what llama-server's clients read of it (the context size in
+ * default_generation_settings, the slots, the chat template and its
+ * tokens), and the sampling defaults a request gets. */
+static json_t *props_view(const server *s, const pool_info *pi)
+{
+    int slots = 0;
+    for (int i = 0; i < pi->n_replicas; i++) slots += pi->rep[i].slots;
+    proto_sampling d = proto_sampling_default();
+    json_t *params = json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "temperature", (double)d.temperature,
+                               "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p,
+                               "typical_p", (double)d.typical_p, "repeat_penalty", (double)d.repeat_penalty,
+                               "presence_penalty", (double)d.presence_penalty, "frequency_penalty",
+                               (double)d.frequency_penalty, "repeat_last_n", d.penalty_last_n);
+    return json_pack("{s:{s:I,s:o*},s:i,s:s,s:s,s:s,s:s,s:s,s:{s:b,s:b}}", "default_generation_settings", "n_ctx",
+                     (json_int_t)pi->n_ctx, "params", params, "total_slots", slots, "model_alias",
+                     s->cfg.model_name, "model_path", s->cfg.model_name, "chat_template",
+                     api_chat_template(s->cfg.chat_template), "bos_token", s->cfg.bos ? s->cfg.bos : "",
+                     "eos_token", s->cfg.eos ? s->cfg.eos : "", "modalities", "vision", 0, "audio", 0);
+}
+
 static json_t *slots_view(const pool_info *pi)
 {
     json_t *reps = json_array();
@@ -1071,12 +1091,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     /* The whole request is here. */
+    enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS };
     static const struct {
         const char *path, *method;
-    } routes[] = {{"/health", "GET"},   {"/v1/models", "GET"},  {"/metrics", "GET"},
-                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                  {"/v1/embeddings", "POST"},  {"/tokenize", "POST"}, {"/detokenize", "POST"},
-                  {"/slots", "GET"}};
+        int kind;
+    } routes[] = {{"/health", "GET", R_HEALTH},   {"/v1/models", "GET", R_MODELS},  {"/metrics", "GET", R_METRICS},
+                  {"/v1/completions", "POST", R_CMPL}, {"/v1/chat/completions", "POST", R_CHAT},
+                  {"/v1/embeddings", "POST", R_EMB},  {"/tokenize", "POST", R_TOK}, {"/detokenize", "POST", R_DETOK},
+                  {"/slots", "GET", R_SLOTS}, {"/props", "GET", R_PROPS},
+                  /* llama-server's paths without /v1 */
+                  {"/models", "GET", R_MODELS}, {"/completions", "POST", R_CMPL},
+                  {"/chat/completions", "POST", R_CHAT}, {"/embeddings", "POST", R_EMB},
+                  {"/v1/health", "GET", R_HEALTH}};
     int route = -1;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(url, routes[i].path) == 0) route = (int)i;
@@ -1091,7 +1117,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond(s, c, endpoint, 405, api_error_body(&e), "application/json",
                        routes[route].method);
     }
-    if (route != 0 && !authorized(s, c)) {
+    int kind = routes[route].kind;
+    if (kind != R_HEALTH && !authorized(s, c)) {
         api_fail(&e, 401, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
         return respond_error(s, c, endpoint, &e, 0);
     }
@@ -1100,8 +1127,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_error(s, c, endpoint, &e, 0);
     }
     pool_info pi;
-    switch (route) {
-    case 0:
+    switch (kind) {
+    case R_HEALTH:
         pool_get_info(s->p, &pi);
         if (pi.n_ready == 0 || atomic_load(&s->quiescing)) {
             api_fail(&e, 503, "unavailable", atomic_load(&s->quiescing) ? "shutting down" : "no engine is ready yet");
@@ -1110,14 +1137,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_json(s, c, endpoint, 200,
                             json_pack("{s:s,s:i,s:i}", "status", "ok", "replicas_ready", pi.n_ready,
                                       "replicas", pi.n_replicas));
-    case 1:
+    case R_MODELS:
         pool_get_info(s->p, &pi);
         return respond_json(s, c, endpoint, 200,
                             json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:I}}]}", "object", "list", "data",
                                       "id", s->cfg.model_name, "object", "model", "created",
                                       (json_int_t)time(NULL), "owned_by", "strata", "meta",
                                       "n_ctx", (json_int_t)pi.n_ctx));
-    case 2: {
+    case R_METRICS: {
         pool_get_info(s->p, &pi);
         sbuf out = {0};
         metrics_render(&s->m, &pi, s->cfg.model_name, &out);
@@ -1132,11 +1159,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(r);
         return ret;
     }
-    case 3: return handle_gen(s, c, endpoint, API_COMPLETION, h);
-    case 4: return handle_gen(s, c, endpoint, API_CHAT, h);
-    case 5: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
-    case 6: return handle_tokenize(s, c, h, false);
-    case 7: return handle_tokenize(s, c, h, true);
+    case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h);
+    case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h);
+    case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
+    case R_TOK: return handle_tokenize(s, c, h, false);
+    case R_DETOK: return handle_tokenize(s, c, h, true);
+    case R_PROPS:
+        pool_get_info(s->p, &pi);
+        return respond_json(s, c, endpoint, 200, props_view(s, &pi));
     default:
         pool_get_info(s->p, &pi);
         return respond_json(s, c, endpoint, 200, slots_view(&pi));

@@ -1456,7 +1456,39 @@ static void test_slots_view(void **state)
     g_auth_header = NULL;
 }
 
+/* llama-server's GET /props (the context, the slots, the template in use,
+ * ChatML for a model without one) and its paths without /v1, behind the
+ * API key as the others (/health and /v1/health without it). */
+static void test_props_and_aliases(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 2, 1, 8, "--api-key", "sekret", NULL);
+    const char *key = "Authorization: Bearer sekret\r\n";
+    assert_int_equal(status_of(&s, "GET", "/props", NULL, NULL, NULL), 401);
+    http_response hr;
+    assert_int_equal(http_do(s.port, "GET", "/props", NULL, key, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    json_t *j = json_loads(hr.body, 0, NULL);
+    http_response_free(&hr);
+    assert_non_null(j);
+    assert_true(json_integer_value(json_object_get(json_object_get(j, "default_generation_settings"), "n_ctx")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "total_slots")), 2);
+    assert_non_null(strstr(json_string_value(json_object_get(j, "chat_template")), "<|im_start|>"));
+    assert_string_equal(json_string_value(json_object_get(j, "model_alias")), "stories260K");
+    json_decref(j);
+    assert_int_equal(status_of(&s, "GET", "/v1/health", NULL, NULL, NULL), 200);
+    assert_int_equal(status_of(&s, "GET", "/models", NULL, key, NULL), 200);
+    assert_int_equal(status_of(&s, "POST", "/models", "{}", key, NULL), 405);
+    char *b = completion_body(OP_NORMAL, 50, 2, 0, 0, NULL);
+    assert_int_equal(status_of(&s, "POST", "/completions", b, key, NULL), 200);
+    assert_int_equal(status_of(&s, "POST", "/completions", b, NULL, NULL), 401);
+    free(b);
+    srv_stop(&s);
+}
+
 ST_MODEL_TEST(test_metrics_kv_per_replica)
+ST_MODEL_TEST(test_props_and_aliases)
 ST_MODEL_TEST(test_slots_view)
 ST_MODEL_TEST(test_ends_at_eos_and_length)
 ST_MODEL_TEST(test_stream_with_usage)
@@ -1504,6 +1536,7 @@ int main(void)
         cmocka_unit_test_teardown(test_long_step_is_not_a_wedge_guard, kill_leftover),
         cmocka_unit_test_teardown(test_real_engine_hang_is_caught_guard, kill_leftover),
         cmocka_unit_test_teardown(test_metrics_kv_per_replica_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_props_and_aliases_guard, kill_leftover),
         cmocka_unit_test_teardown(test_slots_view_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
