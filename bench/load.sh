@@ -126,17 +126,24 @@ echo "# MODEL=$model${SERVE_ARGS:+ SERVE_ARGS=\"$SERVE_ARGS\"} bench/load.sh --r
      "--max-tokens $max_tokens" \
      "${extra[*]:-}"
 echo "# $(date -u +%Y-%m-%d), $(nproc) CPUs, server on 127.0.0.1:$port"
-# In the background and waited for, so that a signal to this script runs
-# the trap at once instead of after loadgen's last request.
+# Runs loadgen against the server on $port; its status. In the background
+# and waited for, so that a signal to this script runs the trap at once
+# instead of after loadgen's last request.
+run_loadgen() {
+    local st=0
+    lg_args[1]=$port
+    "$loadgen" "${lg_args[@]}" "${extra[@]}" &
+    loadgen_pid=$!
+    wait "$loadgen_pid" || st=$?
+    loadgen_pid=""
+    if [ "$st" -ne 0 ]; then
+        echo "load.sh: loadgen exited with $st; the server log's last lines:" >&2
+        tail -n 20 "$tmp/server.log" >&2
+    fi
+    return "$st"
+}
 status=0
-"$loadgen" "${lg_args[@]}" "${extra[@]}" &
-loadgen_pid=$!
-wait "$loadgen_pid" || status=$?
-loadgen_pid=""
-if [ "$status" -ne 0 ]; then
-    echo "load.sh: loadgen exited with $status; the server log's last lines:" >&2
-    tail -n 20 "$tmp/server.log" >&2
-fi
+run_loadgen || status=$?
 [ -z "$llama_server" ] && exit "$status"
 
 # The same levels against llama-server, after strata serve has stopped.
@@ -164,15 +171,7 @@ PY
     sleep 0.1
 done
 echo "# llama-server ($llama_server) -np $np -c $((np * ${ctx:-2048})) -t $((replicas * threads)), 127.0.0.1:$port"
-lg_args[1]=$port
 status2=0
-"$loadgen" "${lg_args[@]}" "${extra[@]}" &
-loadgen_pid=$!
-wait "$loadgen_pid" || status2=$?
-loadgen_pid=""
-if [ "$status2" -ne 0 ]; then
-    echo "load.sh: loadgen against llama-server exited with $status2; its log's last lines:" >&2
-    tail -n 20 "$tmp/server.log" >&2
-fi
+run_loadgen || status2=$?
 [ "$status" -ne 0 ] && exit "$status"
 exit "$status2"

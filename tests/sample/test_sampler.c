@@ -36,6 +36,15 @@ static void histogram(sampler *s, const float *logits, int n, int *counts)
     }
 }
 
+/* Counts of draws tokens drawn from logits by a fresh sampler of p. */
+static void draw_counts(const sample_params *p, const float *logits, int32_t n_vocab, int draws, int *counts)
+{
+    sampler *s = make(p, n_vocab);
+    memset(counts, 0, (size_t)n_vocab * sizeof(int));
+    histogram(s, logits, draws, counts);
+    sampler_free(s);
+}
+
 static void test_greedy_bias_and_ties(void **state)
 {
     (void)state;
@@ -193,18 +202,12 @@ static void test_sigma_xtc_dynatemp(void **state)
     int counts[5];
     sample_params p = plain(1.0f);
     p.top_n_sigma = 1.0f;
-    sampler *s = make(&p, 5);
-    memset(counts, 0, sizeof(counts));
-    histogram(s, logits, 4000, counts);
+    draw_counts(&p, logits, 5, 4000, counts);
     assert_int_equal(counts[2] + counts[3] + counts[4], 0);
     assert_true(counts[0] > 0 && counts[1] > 0);
-    sampler_free(s);
     p.top_n_sigma = 3.0f; /* 4 - 5.16 < 0: all kept */
-    s = make(&p, 5);
-    memset(counts, 0, sizeof(counts));
-    histogram(s, logits, 20000, counts);
+    draw_counts(&p, logits, 5, 20000, counts);
     for (int i = 0; i < 5; i++) assert_true(counts[i] > 0);
-    sampler_free(s);
 
     /* XTC: probabilities 0.4 0.25 0.2 0.1 0.05; threshold 0.15 marks
      * tokens 0..2, of which 0 and 1 go when it fires (always, at
@@ -213,15 +216,12 @@ static void test_sigma_xtc_dynatemp(void **state)
     p = plain(1.0f);
     p.xtc_probability = 1.0f;
     p.xtc_threshold = 0.15f;
-    s = make(&p, 5);
-    memset(counts, 0, sizeof(counts));
-    histogram(s, pl, 6000, counts);
+    draw_counts(&p, pl, 5, 6000, counts);
     assert_int_equal(counts[0] + counts[1], 0);
     assert_true(counts[2] > counts[3] && counts[3] > counts[4] && counts[4] > 0);
-    sampler_free(s);
     /* greedy with XTC: the least likely of the marked tokens */
     p.temperature = 0.0f;
-    s = make(&p, 5);
+    sampler *s = make(&p, 5);
     for (int i = 0; i < 50; i++) assert_int_equal(sampler_sample(s, pl), 2);
     sampler_free(s);
     /* only one token over the threshold: nothing goes */
@@ -241,12 +241,9 @@ static void test_sigma_xtc_dynatemp(void **state)
     p = plain(1.0f);
     p.xtc_probability = 0.5f;
     p.xtc_threshold = 0.15f;
-    s = make(&p, 5);
-    memset(counts, 0, sizeof(counts));
-    histogram(s, pl, 8000, counts);
+    draw_counts(&p, pl, 5, 8000, counts);
     /* token 0: 0.4 of the half where XTC does not fire */
     assert_true(counts[0] > 1400 && counts[0] < 1800);
-    sampler_free(s);
 
     /* dynamic temperature: the range over a temperature of 0 samples (at
      * most at the range's temperature), and an exponent that sends the
@@ -254,11 +251,8 @@ static void test_sigma_xtc_dynatemp(void **state)
     p = plain(0.0f);
     p.dynatemp_range = 2.0f;
     p.dynatemp_exponent = 1.0f;
-    s = make(&p, 5);
-    memset(counts, 0, sizeof(counts));
-    histogram(s, pl, 4000, counts);
+    draw_counts(&p, pl, 5, 4000, counts);
     assert_true(counts[0] < 4000 && counts[4] > 0);
-    sampler_free(s);
     p.dynatemp_exponent = 1000.0f; /* entropy/max < 1: powf gives 0, temperature 0 */
     s = make(&p, 5);
     for (int i = 0; i < 50; i++) assert_int_equal(sampler_sample(s, pl), 0);
@@ -293,15 +287,12 @@ static void test_mirostat(void **state)
         for (int i = 0; i < 3; i++) assert_int_equal(sampler_sample(s, pl), 0);
         sampler_free(s);
         p.mirostat_tau = 3.0f; /* above the entropy (2.04 bits): everything kept, the softmax */
-        s = make(&p, 5);
-        memset(counts, 0, sizeof(counts));
-        histogram(s, pl, 8000, counts);
+        draw_counts(&p, pl, 5, 8000, counts);
         const double want[5] = {0.4, 0.25, 0.2, 0.1, 0.05};
         for (int i = 0; i < 5; i++) {
             double got = counts[i] / 8000.0;
             if (fabs(got - want[i]) > 0.03) fail_msg("mirostat %d token %d: %.3f, want %.3f", version, i, got, want[i]);
         }
-        sampler_free(s);
         /* penalties are not part of its chain; temperature 0 is the argmax */
         p = plain(0.0f);
         p.mirostat = version;
@@ -322,14 +313,11 @@ static void test_mirostat(void **state)
         p.mirostat = version;
         p.mirostat_tau = 1.0f;
         p.mirostat_eta = 0.1f;
-        sampler *s = make(&p, 5);
-        memset(counts, 0, sizeof(counts));
-        histogram(s, pl, 4000, counts);
+        draw_counts(&p, pl, 5, 4000, counts);
         if (!(counts[0] > 2000 && counts[1] > 1000 && counts[3] + counts[4] == 0)) {
             fail_msg("mirostat %d, tau 1: %d %d %d %d %d", version, counts[0], counts[1], counts[2], counts[3],
                      counts[4]);
         }
-        sampler_free(s);
     }
 }
 
