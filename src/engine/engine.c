@@ -96,6 +96,12 @@ struct engine {
     int64_t n_ctx, n_batch, n_vocab, n_embd;
     uint8_t *is_eog;          /* (n_vocab) end-of-generation tokens */
     float *ban_logits;        /* (n_vocab) logits with min_tokens' bans */
+    vocab *voc;               /* the model's vocabulary (DRY's breakers); NULL: none */
+    /* DRY's restart sequences of the last set of breaker strings asked for */
+    char dry_key[PROTO_MAX_DRY_BREAKERS * (PROTO_DRY_BREAKER_BYTES + 1) + 1];
+    bool dry_cached;
+    sample_dry_breaker *dry_br;
+    size_t n_dry_br;
     /* Grammars (NULL when the model has no usable vocabulary: a gen with a
      * grammar is then refused): the mask index, each token's bytes, and the
      * scratch of one mask and one masked copy of the logits. */
@@ -193,7 +199,7 @@ static void load_eog(engine *e)
                 engine_tok_bytes_free(&e->tok_bytes);
             }
         }
-        vocab_free(v);
+        e->voc = v; /* kept for DRY's sequence breakers */
         return;
     }
     LOG_WARN("engine: no usable vocab (%s); end of generation = the GGUF's eos/eot ids", err.msg);
@@ -538,6 +544,8 @@ void engine_free(engine *e)
     free(e->d_reqs);
     free(e->is_eog);
     free(e->ban_logits);
+    vocab_free(e->voc);
+    free(e->dry_br);
     grammar_vocab_free(e->gvocab);
     engine_tok_bytes_free(&e->tok_bytes);
     free(e->gmask);
@@ -999,6 +1007,39 @@ static uint64_t pick_seed(engine *e, int64_t id)
     return strata_splitmix64(&e->seed_state) & (uint64_t)INT64_MAX;
 }
 
+/* DRY's restart sequences for the breaker strings of ps, from a one-entry
+ * cache (clients send the same breakers with every request). */
+static int dry_breakers_for(engine *e, const proto_sampling *ps, const sample_dry_breaker **out,
+                            size_t *n_out, strata_err *err)
+{
+    char key[sizeof(e->dry_key)];
+    size_t kl = 0;
+    for (size_t i = 0; i < ps->n_dry_breakers && i < PROTO_MAX_DRY_BREAKERS; i++) {
+        size_t l = strlen(ps->dry_breakers[i]);
+        memcpy(key + kl, ps->dry_breakers[i], l + 1); /* NUL-separated */
+        kl += l + 1;
+    }
+    key[kl] = '\0';
+    if (!e->dry_cached || memcmp(key, e->dry_key, kl + 1) != 0) {
+        const char *strs[PROTO_MAX_DRY_BREAKERS];
+        for (size_t i = 0; i < ps->n_dry_breakers && i < PROTO_MAX_DRY_BREAKERS; i++) strs[i] = ps->dry_breakers[i];
+        sample_dry_breaker *br = NULL;
+        size_t n = 0;
+        if (e->voc != NULL) {
+            int rc = engine_dry_breakers(e->voc, strs, ps->n_dry_breakers, &br, &n, err);
+            if (rc != 0) return rc;
+        }
+        free(e->dry_br);
+        e->dry_br = br;
+        e->n_dry_br = n;
+        memcpy(e->dry_key, key, kl + 1);
+        e->dry_cached = true;
+    }
+    *out = e->dry_br;
+    *n_out = e->n_dry_br;
+    return 0;
+}
+
 /* Gives r slot s: its sampler or pooling buffer (kept from its first
  * admission when it was preempted), a KV sequence started from the prefix
  * cache. */
@@ -1019,6 +1060,8 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
             .xtc_threshold = ps->xtc_threshold, .dynatemp_range = ps->dynatemp_range,
             .dynatemp_exponent = ps->dynatemp_exponent, .mirostat = ps->mirostat,
             .mirostat_tau = ps->mirostat_tau, .mirostat_eta = ps->mirostat_eta,
+            .dry_multiplier = ps->dry_multiplier, .dry_base = ps->dry_base,
+            .dry_allowed_length = ps->dry_allowed_length, .dry_penalty_last_n = ps->dry_penalty_last_n,
             .seed = ps->has_seed ? ps->seed : pick_seed(e, r->id),
         };
         /* proto_bias and sample_bias have the same fields; copy to be safe */
@@ -1033,13 +1076,22 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
         }
         sp.bias = bias;
         sp.n_bias = ps->n_logit_bias;
+        if (ps->dry_multiplier != 0 && ps->dry_base >= 1 && ps->dry_penalty_last_n > 0) {
+            int rc = dry_breakers_for(e, ps, &sp.dry_breakers, &sp.n_dry_breakers, err);
+            if (rc != 0) {
+                free(bias);
+                return rc;
+            }
+        }
         int rc = sampler_new(&r->smp, &sp, (int32_t)e->n_vocab, err);
         free(bias); /* sampler_new copies it */
         if (rc != 0) return rc;
         /* The penalties look at the last penalty_last_n tokens of the whole
          * sequence, prompt included, as llama.cpp's server and command line
          * feed their samplers. */
-        int64_t from = r->n_prompt - (int64_t)ps->penalty_last_n;
+        int64_t window = ps->penalty_last_n > ps->dry_penalty_last_n || ps->dry_multiplier == 0
+                             ? ps->penalty_last_n : ps->dry_penalty_last_n;
+        int64_t from = r->n_prompt - window;
         for (int64_t i = from > 0 ? from : 0; i < r->n_prompt; i++) sampler_accept(r->smp, r->prompt[i]);
     }
     int rc = kv_seq_add(e->kv, s, err);

@@ -10,6 +10,7 @@
 #define STRATA_ENGINE_ENGINE_GRAMMAR_H
 
 #include "sample/grammar.h"
+#include "sample/sampler.h"
 #include "text/vocab.h"
 
 #include <stddef.h>
@@ -32,5 +33,14 @@ void engine_tok_bytes_free(engine_tok_bytes *tb);
 
 /* The mask index alone; *out is freed with grammar_vocab_free. */
 int engine_grammar_vocab(grammar_vocab **out, const vocab *v, strata_err *err);
+
+/* DRY's restart sequences from its sequence-breaker strings strs[0..n) (each
+ * cut to 40 bytes), as llama.cpp makes them: every token whose text (control
+ * tokens' included) holds the string is a restart sequence by itself; a
+ * token whose text ends with the start of the string begins one, the rest
+ * of the string tokenized (at most SAMPLE_DRY_MAX_TAIL tokens) as its tail.
+ * *out malloc'd (possibly NULL with *n_out 0). 0, or STRATA_ENOMEM. */
+int engine_dry_breakers(const vocab *v, const char *const *strs, size_t n, sample_dry_breaker **out,
+                        size_t *n_out, strata_err *err);
 
 #endif

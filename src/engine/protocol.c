@@ -60,7 +60,8 @@ proto_sampling proto_sampling_default(void)
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .typical_p = 1.0f,
         .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
         .penalty_last_n = 64, .xtc_threshold = 0.1f, .dynatemp_exponent = 1.0f,
-        .mirostat_tau = 5.0f, .mirostat_eta = 0.1f,
+        .mirostat_tau = 5.0f, .mirostat_eta = 0.1f, .dry_base = 1.75f, .dry_allowed_length = 2,
+        .dry_penalty_last_n = 64, .dry_breakers = {"\n", ":", "\"", "*"}, .n_dry_breakers = 4,
     };
 }
 
@@ -213,6 +214,17 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
         enc_set(e, so, "mirostat", enc_int(e, s->mirostat));
         enc_set(e, so, "mirostat_tau", enc_real(e, s->mirostat_tau, "sampling.mirostat_tau"));
         enc_set(e, so, "mirostat_eta", enc_real(e, s->mirostat_eta, "sampling.mirostat_eta"));
+    }
+    if (s->dry_multiplier != 0) {
+        enc_set(e, so, "dry_multiplier", enc_real(e, s->dry_multiplier, "sampling.dry_multiplier"));
+        enc_set(e, so, "dry_base", enc_real(e, s->dry_base, "sampling.dry_base"));
+        enc_set(e, so, "dry_allowed_length", enc_int(e, s->dry_allowed_length));
+        enc_set(e, so, "dry_penalty_last_n", enc_int(e, s->dry_penalty_last_n));
+        json_t *a = enc_take(e, json_array());
+        for (size_t i = 0; i < s->n_dry_breakers && i < PROTO_MAX_DRY_BREAKERS && a != NULL; i++) {
+            json_array_append_new(a, json_string(s->dry_breakers[i]));
+        }
+        enc_set(e, so, "dry_sequence_breakers", a);
     }
     if (s->dynatemp_range > 0) {
         enc_set(e, so, "dynatemp_range", enc_real(e, s->dynatemp_range, "sampling.dynatemp_range"));
@@ -719,6 +731,36 @@ static void dec_sampling(dec *d, json_t *so, proto_sampling *s)
     dec_float(d, so, "dynatemp_exponent", "sampling.dynatemp_exponent", 0.0, FLT_MAX,
               &s->dynatemp_exponent);
     dec_i32(d, so, "mirostat", "sampling.mirostat", 0, 2, &s->mirostat);
+    dec_float(d, so, "dry_multiplier", "sampling.dry_multiplier", 0.0, FLT_MAX, &s->dry_multiplier);
+    dec_float(d, so, "dry_base", "sampling.dry_base", 0.0, FLT_MAX, &s->dry_base);
+    dec_i32(d, so, "dry_allowed_length", "sampling.dry_allowed_length", 0, PROTO_MAX_PENALTY_LAST_N,
+            &s->dry_allowed_length);
+    dec_i32(d, so, "dry_penalty_last_n", "sampling.dry_penalty_last_n", 0, PROTO_MAX_PENALTY_LAST_N,
+            &s->dry_penalty_last_n);
+    json_t *br = json_object_get(so, "dry_sequence_breakers");
+    if (br != NULL && !json_is_null(br) && !d->failed) {
+        if (!json_is_array(br) || json_array_size(br) > PROTO_MAX_DRY_BREAKERS) {
+            dec_fail(d, "sampling.dry_sequence_breakers must be an array of at most 16 strings");
+        } else {
+            s->n_dry_breakers = 0;
+            size_t i;
+            json_t *v;
+            json_array_foreach(br, i, v) {
+                size_t len = json_string_length(v);
+                if (!json_is_string(v) || len == 0 || strlen(json_string_value(v)) != len) {
+                    dec_fail(d, "sampling.dry_sequence_breakers must hold non-empty strings");
+                    break;
+                }
+                const char *str = json_string_value(v);
+                if (len > PROTO_DRY_BREAKER_BYTES) { /* cut at a character's start */
+                    len = PROTO_DRY_BREAKER_BYTES;
+                    while (len > 0 && ((unsigned char)str[len] & 0xC0) == 0x80) len--;
+                }
+                memcpy(s->dry_breakers[s->n_dry_breakers], str, len);
+                s->dry_breakers[s->n_dry_breakers++][len] = '\0';
+            }
+        }
+    }
     dec_float(d, so, "mirostat_tau", "sampling.mirostat_tau", 0.0, FLT_MAX, &s->mirostat_tau);
     dec_float(d, so, "mirostat_eta", "sampling.mirostat_eta", 0.0, FLT_MAX, &s->mirostat_eta);
     int64_t seed = 0;

@@ -60,6 +60,13 @@
  *                       bias, temperature, Mirostat; no penalties, top-k ...)
  *     mirostat_tau      number >= 0 [5]: its target surprise
  *     mirostat_eta      number >= 0 [0.1]: its learning rate
+ *     dry_multiplier    number >= 0 [0]; 0 off: DRY (llama.cpp's), with
+ *     dry_base          number [1.75], dry_allowed_length integer >= 0 [2],
+ *     dry_penalty_last_n integer in [0, PROTO_MAX_PENALTY_LAST_N] [64]
+ *                       (tokens of prompt and output it looks at), and
+ *     dry_sequence_breakers  array of at most PROTO_MAX_DRY_BREAKERS
+ *                       non-empty strings (each cut to
+ *                       PROTO_DRY_BREAKER_BYTES bytes) [["\n", ":", "\"", "*"]]
  *     seed              integer in [0, 2^63-1]; absent or null: the engine
  *                       picks one (the output is then not reproducible)
  *     logit_bias        [[token, bias], ...] or {"token": bias, ...}; bias
@@ -277,6 +284,8 @@
 #define PROTO_ID_MAX ((int64_t)9007199254740991) /* 2^53 - 1 */
 #define PROTO_MAX_LOGPROBS 20
 #define PROTO_MAX_PENALTY_LAST_N 65536
+#define PROTO_MAX_DRY_BREAKERS 16
+#define PROTO_DRY_BREAKER_BYTES 40
 /* How many completed steps `pong`.ms_per_token looks back over. */
 #define PROTO_PONG_COST_STEPS 32
 
@@ -357,6 +366,12 @@ typedef struct proto_sampling {
     int32_t mirostat;
     float mirostat_tau;
     float mirostat_eta;
+    float dry_multiplier;
+    float dry_base;
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n;
+    char dry_breakers[PROTO_MAX_DRY_BREAKERS][PROTO_DRY_BREAKER_BYTES + 1];
+    size_t n_dry_breakers;
     bool has_seed;
     uint64_t seed;             /* <= INT64_MAX */
     proto_bias *logit_bias;    /* (n_logit_bias) */

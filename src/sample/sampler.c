@@ -33,7 +33,24 @@ struct sampler {
     cand *sorted;     /* n_vocab: candidates taken from the heap, best first */
     float mu;         /* Mirostat's state: 2 tau at the start */
     float *probs;     /* n_vocab: XTC's and the dynamic temperature's probabilities */
+
+    /* DRY: its own window (it may be longer than the penalties'), the
+     * restart sequences sorted by head, and scratch */
+    bool dry;
+    sample_dry_breaker *breakers;
+    size_t n_breakers;
+    int32_t *dry_hist;       /* ring of the last dry_penalty_last_n tokens */
+    int32_t n_dry, i_dry;
+    int32_t *dry_count;      /* (dry_penalty_last_n) repeat lengths */
+    int32_t *dry_max;        /* (n_vocab) 1 + the longest repeat a token would extend; kept zero */
+    int32_t *dry_touched;    /* (dry_penalty_last_n) tokens with a dry_max set */
 };
+
+static int cmp_breaker(const void *a, const void *b)
+{
+    const sample_dry_breaker *x = a, *y = b;
+    return (x->head > y->head) - (x->head < y->head);
+}
 
 sample_params sample_params_default(void)
 {
@@ -73,6 +90,25 @@ int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_e
     }
     if (p->n_bias) memcpy(s->bias, p->bias, p->n_bias * sizeof(*s->bias));
     s->p.bias = s->bias;
+    s->dry = p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n > 0;
+    if (s->dry) {
+        size_t w = (size_t)p->dry_penalty_last_n;
+        s->breakers = p->n_dry_breakers ? malloc(p->n_dry_breakers * sizeof(*s->breakers)) : NULL;
+        s->dry_hist = malloc(w * sizeof(int32_t));
+        s->dry_count = malloc(w * sizeof(int32_t));
+        s->dry_max = calloc((size_t)n_vocab, sizeof(int32_t));
+        s->dry_touched = malloc(w * sizeof(int32_t));
+        if ((p->n_dry_breakers && s->breakers == NULL) || !s->dry_hist || !s->dry_count || !s->dry_max ||
+            !s->dry_touched) {
+            sampler_free(s);
+            return strata_err_set(err, STRATA_ENOMEM, "out of memory");
+        }
+        if (p->n_dry_breakers) memcpy(s->breakers, p->dry_breakers, p->n_dry_breakers * sizeof(*s->breakers));
+        s->n_breakers = p->n_dry_breakers;
+        qsort(s->breakers, s->n_breakers, sizeof(*s->breakers), cmp_breaker);
+    }
+    s->p.dry_breakers = NULL;
+    s->p.n_dry_breakers = 0;
     strata_rng_seed(&s->rng, p->seed);
     s->mu = 2.0f * p->mirostat_tau;
     *out = s;
@@ -88,12 +124,23 @@ void sampler_free(sampler *s)
     free(s->cand);
     free(s->sorted);
     free(s->probs);
+    free(s->breakers);
+    free(s->dry_hist);
+    free(s->dry_count);
+    free(s->dry_max);
+    free(s->dry_touched);
     free(s);
 }
 
 void sampler_accept(sampler *s, int32_t token)
 {
-    if (token < 0 || token >= s->n_vocab || s->p.penalty_last_n == 0) return;
+    if (token < 0 || token >= s->n_vocab) return;
+    if (s->dry) {
+        s->dry_hist[s->i_dry] = token;
+        s->i_dry = (s->i_dry + 1) % s->p.dry_penalty_last_n;
+        if (s->n_dry < s->p.dry_penalty_last_n) s->n_dry++;
+    }
+    if (s->p.penalty_last_n == 0) return;
     s->history[s->i_history] = token;
     s->i_history = (s->i_history + 1) % s->p.penalty_last_n;
     if (s->n_history < s->p.penalty_last_n) s->n_history++;
@@ -233,6 +280,110 @@ static int32_t argmax(const cand *c, int32_t n)
     return c[best].id;
 }
 
+/* The token i places back from the newest in DRY's window (0: newest). */
+static int32_t dry_at(const sampler *s, int32_t i)
+{
+    int32_t w = s->p.dry_penalty_last_n;
+    return s->dry_hist[((s->i_dry - 1 - i) % w + w) % w];
+}
+
+/* The restart sequences whose head is tok: [*first, *first + return). */
+static size_t breakers_of(const sampler *s, int32_t tok, size_t *first)
+{
+    size_t lo = 0, hi = s->n_breakers;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->breakers[mid].head < tok) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t end = lo;
+    while (end < s->n_breakers && s->breakers[end].head == tok) end++;
+    *first = lo;
+    return end - lo;
+}
+
+/* DRY ("don't repeat yourself"), as llama.cpp computes it: the longest
+ * suffix of the window that also occurs earlier (not reaching back past a
+ * restart sequence) is found for every earlier occurrence (the Z
+ * algorithm over the reversed window); the token that followed such an
+ * occurrence would extend a repeat of that length n, and when n >=
+ * allowed_length it loses multiplier x base^(n - allowed_length) (the
+ * exponent capped where a float would overflow). Tokens that are
+ * restart sequences by themselves are never penalised. */
+static void apply_dry(sampler *s)
+{
+    const sample_params *p = &s->p;
+    int32_t n = s->n_dry < p->dry_penalty_last_n ? s->n_dry : p->dry_penalty_last_n;
+    if (n <= p->dry_allowed_length) return;
+    /* 1. the nearest restart sequence limits a repeat's length */
+    int32_t rep_limit = n;
+    for (int32_t i = 0; i < n; i++) {
+        size_t first, nb = breakers_of(s, dry_at(s, i), &first);
+        int32_t longest = -1;
+        for (size_t b = first; b < first + nb; b++) {
+            const sample_dry_breaker *br = &s->breakers[b];
+            if (br->n_tail <= longest || br->n_tail > i) continue;
+            bool match = true;
+            for (int32_t off = 0; off < br->n_tail && match; off++) match = br->tail[off] == dry_at(s, i - off - 1);
+            if (match) longest = br->n_tail;
+        }
+        if (longest >= 0) {
+            rep_limit = i - longest;
+            break;
+        }
+    }
+    if (rep_limit < p->dry_allowed_length) return;
+    /* 2. repeat lengths: count[last - k] is how many of the newest tokens
+     * also end k places earlier (at most rep_limit) */
+    int32_t *count = s->dry_count, last = n - 1, lt = 0, rt = 0;
+    for (int32_t i = 0; i < n; i++) count[i] = 0;
+    for (int32_t k = 1; k < n; k++) {
+        if (k > rt) {
+            int32_t m = 0;
+            while (m + k < n && dry_at(s, m) == dry_at(s, m + k)) m++;
+            count[last - k] = m < rep_limit ? m : rep_limit;
+            if (m > 0) {
+                lt = k;
+                rt = k + m - 1;
+            }
+        } else {
+            int32_t pair = k - lt, right = rt - k + 1;
+            if (count[last - pair] < right) {
+                count[last - k] = count[last - pair] < rep_limit ? count[last - pair] : rep_limit;
+            } else {
+                int32_t i = rt + 1;
+                while (i < n && dry_at(s, i) == dry_at(s, i - k)) i++;
+                count[last - k] = i - k < rep_limit ? i - k : rep_limit;
+                lt = k;
+                rt = i - 1;
+            }
+        }
+    }
+    /* 3. the token after each repeat would extend it */
+    size_t n_touched = 0;
+    for (int32_t i = 0; i + 1 < n; i++) {
+        int32_t len = count[i];
+        if (len < p->dry_allowed_length) continue;
+        int32_t tok = dry_at(s, n - 2 - i);
+        if (s->dry_max[tok] == 0) s->dry_touched[n_touched++] = tok;
+        if (s->dry_max[tok] < len + 1) s->dry_max[tok] = len + 1; /* + 1: 0 means untouched */
+    }
+    /* 4. the penalties */
+    int max_exp = p->dry_base > 1.000001f ? (int)(88.7228391f / logf(p->dry_base)) : 0;
+    for (size_t i = 0; i < n_touched; i++) {
+        int32_t tok = s->dry_touched[i];
+        size_t first, nb = breakers_of(s, tok, &first);
+        bool single = false;
+        for (size_t b = first; b < first + nb; b++) single = single || s->breakers[b].n_tail == 0;
+        if (!single) {
+            int exp = s->dry_max[tok] - 1 - p->dry_allowed_length;
+            if (max_exp > 0 && exp > max_exp) exp = max_exp;
+            s->cand[tok].logit -= (float)((double)p->dry_multiplier * pow((double)p->dry_base, exp));
+        }
+        s->dry_max[tok] = 0;
+    }
+}
+
 /* Top-n-sigma: every logit below max - n x the standard deviation of the
  * logits still in play is banned. Sums in float, in id order, as
  * llama.cpp's sampler does them. */
@@ -344,6 +495,7 @@ int32_t sampler_sample(sampler *s, const float *logits)
     for (size_t i = 0; i < p->n_bias; i++) s->cand[p->bias[i].token].logit += p->bias[i].bias;
     if (p->mirostat == 1 || p->mirostat == 2) return mirostat(s);
     apply_penalties(s);
+    if (s->dry) apply_dry(s);
     bool xtc = p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f;
     bool dyn = p->dynatemp_range > 0.0f;
     if (p->temperature <= 0.0f && !xtc && !dyn) return argmax(s->cand, n);

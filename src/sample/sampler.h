@@ -2,7 +2,7 @@
  *
  * The chain, in order (llama.cpp's default order): logit bias →
  * repetition / presence / frequency penalties over the last N tokens →
- * top-n-sigma → top-k → typical → top-p → min-p → XTC → temperature (or
+ * DRY (repeated sequences) → top-n-sigma → top-k → typical → top-p → min-p → XTC → temperature (or
  * the dynamic temperature) → a draw from the sequence's own RNG. With
  * temperature <= 0 (and neither XTC nor a dynamic temperature on) the draw
  * is replaced by the argmax (after bias and penalties; ties go to the
@@ -29,6 +29,17 @@ typedef struct sample_bias {
     float bias; /* added to the logit; -INFINITY bans the token */
 } sample_bias;
 
+/* DRY's restart sequences, as token ids: a head token and the tokens
+ * that follow it in the text (the tail; none for a
+ * sequence breaker inside one token). Made from the breaker strings by
+ * whoever has the vocabulary (the engine). */
+#define SAMPLE_DRY_MAX_TAIL 20
+typedef struct sample_dry_breaker {
+    int32_t head;
+    int32_t tail[SAMPLE_DRY_MAX_TAIL];
+    int32_t n_tail;
+} sample_dry_breaker;
+
 typedef struct sample_params {
     float temperature;       /* <= 0: greedy */
     int32_t top_k;           /* <= 0: off */
@@ -50,6 +61,15 @@ typedef struct sample_params {
                                 after the bias (no penalties, top-k/p ... : llama.cpp's) */
     float mirostat_tau;      /* its target surprise (bits) */
     float mirostat_eta;      /* its learning rate */
+    float dry_multiplier;    /* 0: off; DRY subtracts multiplier x base^(n - allowed)
+                                from a token that would extend a repeat of n >= allowed
+                                tokens of the last dry_penalty_last_n */
+    float dry_base;          /* < 1: off */
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n; /* 0: off */
+    const sample_dry_breaker *dry_breakers; /* copied at sampler_new; a repeat never
+                                               reaches back past one */
+    size_t n_dry_breakers;
     uint64_t seed;
     const sample_bias *bias; /* copied at sampler_new */
     size_t n_bias;

@@ -329,6 +329,50 @@ static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *
     return 0;
 }
 
+/* llama-server's DRY fields: dry_multiplier (0 off), dry_base,
+ * dry_allowed_length, dry_penalty_last_n (-1: the context) and
+ * dry_sequence_breakers (strings; each cut to PROTO_DRY_BREAKER_BYTES). */
+static int parse_dry(json_t *o, const api_env *env, proto_sampling *s, api_error *e)
+{
+    if (get_num(o, "dry_multiplier", 0, 1e6, &s->dry_multiplier, e) != 0 ||
+        get_num(o, "dry_base", 0, 1e6, &s->dry_base, e) != 0) {
+        return -1;
+    }
+    int64_t v = 0;
+    bool had = false;
+    if (get_int(o, "dry_allowed_length", 0, PROTO_MAX_PENALTY_LAST_N, &v, &had, e) != 0) return -1;
+    if (had) s->dry_allowed_length = (int32_t)v;
+    had = false;
+    if (get_int(o, "dry_penalty_last_n", -1, PROTO_MAX_PENALTY_LAST_N, &v, &had, e) != 0) return -1;
+    if (had) {
+        if (v < 0) v = env->n_ctx > 0 && env->n_ctx < PROTO_MAX_PENALTY_LAST_N ? env->n_ctx : PROTO_MAX_PENALTY_LAST_N;
+        s->dry_penalty_last_n = (int32_t)v;
+    }
+    json_t *br = json_object_get(o, "dry_sequence_breakers");
+    if (br == NULL || json_is_null(br)) return 0;
+    if (!json_is_array(br) || json_array_size(br) > PROTO_MAX_DRY_BREAKERS) {
+        return api_fail(e, 400, "invalid_value", "`dry_sequence_breakers` must be an array of at most %d strings",
+                        PROTO_MAX_DRY_BREAKERS);
+    }
+    s->n_dry_breakers = 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(br, i, b) {
+        size_t len = json_string_length(b);
+        const char *str = json_string_value(b);
+        if (str == NULL || len == 0 || strlen(str) != len) {
+            return api_fail(e, 400, "invalid_value", "`dry_sequence_breakers[%zu]` must be a non-empty string", i);
+        }
+        if (len > PROTO_DRY_BREAKER_BYTES) { /* as llama.cpp: cut (at a character's start) */
+            len = PROTO_DRY_BREAKER_BYTES;
+            while (len > 0 && ((unsigned char)str[len] & 0xC0) == 0x80) len--;
+        }
+        memcpy(s->dry_breakers[s->n_dry_breakers], str, len);
+        s->dry_breakers[s->n_dry_breakers++][len] = '\0';
+    }
+    return 0;
+}
+
 /* `ignore_eos` (llama-server's and vLLM's): true bans the model's
  * end-of-generation tokens for the request (a -infinity bias, as
  * llama-server does), so it ends by `max_tokens`, a stop string, the
@@ -508,7 +552,6 @@ static const unsupported_field k_unsupported[] = {
     {"dimensions", K_EMB, NULL, NULL},
     /* llama-server */
     {"n_probs", K_GEN, inert_zero, "0"},
-    {"dry_multiplier", K_GEN, inert_zero, "0"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
     {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
@@ -1487,6 +1530,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         s->mirostat = (int32_t)miro;
         if ((rc = get_num(o, "mirostat_tau", 0, 1e6, &s->mirostat_tau, e)) != 0) goto out;
         if ((rc = get_num(o, "mirostat_eta", 0, 1e6, &s->mirostat_eta, e)) != 0) goto out;
+        if ((rc = parse_dry(o, env, s, e)) != 0) goto out;
         /* llama-server's window of the penalties, repeat_last_n: the last N
          * tokens of prompt and reply; 0 none, -1 the context (as llama.cpp
          * once took it) */

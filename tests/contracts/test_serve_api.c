@@ -478,6 +478,26 @@ static void test_repeat_last_n(void **state)
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
     assert_true(g.sampling.mirostat == 2 && g.sampling.mirostat_tau == 3.5f && g.sampling.mirostat_eta == 0.25f);
     api_gen_free(&g);
+    /* DRY: the fields, -1 as the context, the breakers (llama.cpp's four
+     * by default; long ones cut to 40 bytes at a character) */
+    b = "{\"prompt\":[1,2],\"dry_multiplier\":0.8}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    assert_true(g.sampling.dry_multiplier == 0.8f && g.sampling.dry_base == 1.75f);
+    assert_int_equal(g.sampling.dry_allowed_length, 2);
+    assert_int_equal(g.sampling.n_dry_breakers, 4);
+    assert_string_equal(g.sampling.dry_breakers[0], "\n");
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"dry_multiplier\":0.8,\"dry_penalty_last_n\":-1,\"dry_allowed_length\":1,"
+        "\"dry_sequence_breakers\":[\"ab\",\"0123456789012345678901234567890123456789\u00e9\u00e9\"]}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    assert_int_equal(g.sampling.dry_penalty_last_n, 64);
+    assert_int_equal(g.sampling.dry_allowed_length, 1);
+    assert_int_equal(g.sampling.n_dry_breakers, 2);
+    assert_int_equal(strlen(g.sampling.dry_breakers[1]), 40);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"dry_sequence_breakers\":[\"\"]}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`dry_sequence_breakers[0]`"));
     b = "{\"prompt\":[1,2],\"mirostat\":3}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
     assert_non_null(strstr(e.message, "`mirostat`"));

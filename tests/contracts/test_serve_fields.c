@@ -115,7 +115,6 @@ static const field_case k_refused[] = {
     {'c', "best_of", "3"},
     {'e', "dimensions", "8"},
     {'c', "n_probs", "3"},
-    {'c', "dry_multiplier", "0.8"},
     {'c', "penalty_last_n", "16,\"presence_penalty\":0.5"},
     {'c', "samplers", "[\"top_k\"]"},
     {'c', "lora", "[{\"id\":0,\"scale\":1}]"},

@@ -65,6 +65,13 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.sampling.mirostat = 2;
     m.u.gen.sampling.mirostat_tau = 3.5f;
     m.u.gen.sampling.mirostat_eta = 0.25f;
+    m.u.gen.sampling.dry_multiplier = 0.75f;
+    m.u.gen.sampling.dry_base = 1.5f;
+    m.u.gen.sampling.dry_allowed_length = 3;
+    m.u.gen.sampling.dry_penalty_last_n = 256;
+    m.u.gen.sampling.n_dry_breakers = 2;
+    strcpy(m.u.gen.sampling.dry_breakers[0], "\n");
+    strcpy(m.u.gen.sampling.dry_breakers[1], "say \"");
     m.u.gen.sampling.has_seed = true;
     m.u.gen.sampling.seed = (uint64_t)INT64_MAX;
     m.u.gen.sampling.logit_bias = bias;
@@ -95,6 +102,10 @@ static void test_gen_roundtrip(void **state)
     assert_true(s->top_n_sigma == 1.5f && s->xtc_probability == 0.25f && s->xtc_threshold == 0.125f);
     assert_true(s->dynatemp_range == 0.75f && s->dynatemp_exponent == 2.0f);
     assert_true(s->mirostat == 2 && s->mirostat_tau == 3.5f && s->mirostat_eta == 0.25f);
+    assert_true(s->dry_multiplier == 0.75f && s->dry_base == 1.5f && s->dry_allowed_length == 3);
+    assert_int_equal(s->dry_penalty_last_n, 256);
+    assert_int_equal(s->n_dry_breakers, 2);
+    assert_string_equal(s->dry_breakers[1], "say \"");
     assert_true(s->has_seed);
     assert_true(s->seed == (uint64_t)INT64_MAX);
     assert_int_equal(s->n_logit_bias, 3);

@@ -321,6 +321,65 @@ static void test_mirostat(void **state)
     }
 }
 
+/* The greedy pick after DRY over the window a b c c b c y a b c (a=0,
+ * b=1, c=2, y=3; 4 another token): the newest "a b c" also stands at the
+ * start, so c (after it there) would extend a repeat of 3; "b c" before
+ * y, so y one of 2; "c" before b one of 1 (allowed_length 2: free). */
+static int32_t dry_pick(const float *logits, const sample_dry_breaker *br, size_t n_br)
+{
+    sample_params p = plain(0.0f);
+    p.dry_multiplier = 1.0f;
+    p.dry_base = 2.0f;
+    p.dry_allowed_length = 2;
+    p.dry_penalty_last_n = 64;
+    p.dry_breakers = br;
+    p.n_dry_breakers = n_br;
+    sampler *s = make(&p, 5);
+    static const int32_t window[10] = {0, 1, 2, 2, 1, 2, 3, 0, 1, 2};
+    for (int i = 0; i < 10; i++) sampler_accept(s, window[i]);
+    int32_t t = sampler_sample(s, logits);
+    sampler_free(s);
+    return t;
+}
+
+static void test_dry(void **state)
+{
+    (void)state;
+    /* c loses 1 x 2^(3-2) = 2: from 1.5 to -0.5, below a's 0 */
+    float c_top[5] = {0, 0, 1.5f, 0, 0};
+    assert_int_equal(dry_pick(c_top, NULL, 0), 0);
+    /* y loses 2^0 = 1: from 0.9 to -0.1, below the other token's 0.1 */
+    float y_top[5] = {0, 0, 0, 0.9f, 0.1f};
+    assert_int_equal(dry_pick(y_top, NULL, 0), 4);
+    /* b would extend a repeat of 1 only: no penalty */
+    float b_top[5] = {0, 0.5f, 0, 0, 0};
+    assert_int_equal(dry_pick(b_top, NULL, 0), 1);
+    /* a restart sequence at the newest a: repeats reach back 2 tokens at
+     * most, so c loses 2^0 = 1 and stays on top */
+    sample_dry_breaker at_a = {.head = 0};
+    assert_int_equal(dry_pick(c_top, &at_a, 1), 2);
+    /* a token that is a restart sequence by itself is never penalised */
+    sample_dry_breaker at_y = {.head = 3};
+    assert_int_equal(dry_pick(y_top, &at_y, 1), 3);
+    /* a two-token restart sequence "y a" (head y, tail a) matches the
+     * window too: c's repeat is cut to 2 as with a alone... */
+    sample_dry_breaker y_a = {.head = 3, .tail = {0}, .n_tail = 1};
+    assert_int_equal(dry_pick(c_top, &y_a, 1), 2);
+    /* ...one whose tail does not match (y b) changes nothing */
+    sample_dry_breaker y_b = {.head = 3, .tail = {1}, .n_tail = 1};
+    assert_int_equal(dry_pick(c_top, &y_b, 1), 0);
+    /* off: a multiplier of 0 */
+    sample_params p = plain(0.0f);
+    p.dry_base = 2.0f;
+    p.dry_allowed_length = 2;
+    p.dry_penalty_last_n = 64;
+    sampler *s = make(&p, 5);
+    static const int32_t window[10] = {0, 1, 2, 2, 1, 2, 3, 0, 1, 2};
+    for (int i = 0; i < 10; i++) sampler_accept(s, window[i]);
+    assert_int_equal(sampler_sample(s, c_top), 2);
+    sampler_free(s);
+}
+
 static void test_seeded_streams_are_private(void **state)
 {
     (void)state;
@@ -380,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_truncation_stages),
         cmocka_unit_test(test_sigma_xtc_dynatemp),
         cmocka_unit_test(test_mirostat),
+        cmocka_unit_test(test_dry),
         cmocka_unit_test(test_seeded_streams_are_private),
         cmocka_unit_test(test_everything_banned_still_answers),
     };
