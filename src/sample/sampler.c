@@ -105,7 +105,7 @@ int sampler_new(sampler **out, const sample_params *p, int32_t n_vocab, strata_e
         }
         if (p->n_dry_breakers) memcpy(s->breakers, p->dry_breakers, p->n_dry_breakers * sizeof(*s->breakers));
         s->n_breakers = p->n_dry_breakers;
-        qsort(s->breakers, s->n_breakers, sizeof(*s->breakers), cmp_breaker);
+        if (s->n_breakers > 1) qsort(s->breakers, s->n_breakers, sizeof(*s->breakers), cmp_breaker);
     }
     s->p.dry_breakers = NULL;
     s->p.n_dry_breakers = 0;
