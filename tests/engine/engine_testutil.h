@@ -218,9 +218,22 @@ static inline size_t et_load_greedy(et_golden *out, size_t max)
 }
 
 /* A gen line: greedy when temperature is 0; seed < 0: none. */
+/* The same with more sampling fields (JSON members, or NULL) after the
+ * temperature and seed. */
+static inline void et_gen_line_s(char *out, size_t size, int64_t id, const int32_t *toks, size_t n,
+                                 int64_t max_tokens, double temperature, int64_t seed,
+                                 const char *sampling, const char *extra);
+
 static inline void et_gen_line(char *out, size_t size, int64_t id, const int32_t *toks, size_t n,
                                int64_t max_tokens, double temperature, int64_t seed,
                                const char *extra)
+{
+    et_gen_line_s(out, size, id, toks, n, max_tokens, temperature, seed, NULL, extra);
+}
+
+static inline void et_gen_line_s(char *out, size_t size, int64_t id, const int32_t *toks, size_t n,
+                                 int64_t max_tokens, double temperature, int64_t seed,
+                                 const char *sampling, const char *extra)
 {
     size_t k = (size_t)snprintf(out, size, "{\"op\":\"gen\",\"id\":%lld,\"tokens\":[", (long long)id);
     for (size_t i = 0; i < n && k < size; i++) {
@@ -231,6 +244,7 @@ static inline void et_gen_line(char *out, size_t size, int64_t id, const int32_t
                               "\"temperature\":%g", (long long)max_tokens, temperature);
     }
     if (seed >= 0 && k < size) k += (size_t)snprintf(out + k, size - k, ",\"seed\":%lld", (long long)seed);
+    if (sampling != NULL && k < size) k += (size_t)snprintf(out + k, size - k, ",%s", sampling);
     if (k < size) snprintf(out + k, size - k, "}%s%s}\n", extra ? "," : "", extra ? extra : "");
 }
 

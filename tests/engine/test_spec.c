@@ -95,6 +95,7 @@ typedef struct job {
     double temperature;
     int64_t seed;
     const char *extra;
+    const char *sampling; /* more sampling fields, or NULL */
 } job;
 
 /* Runs the jobs (all sent at once, ids 1..n) and returns the collector;
@@ -105,8 +106,8 @@ static et_collect *run_jobs(const model *m, const engine_params *p, const job *j
     et_open(&f, m, p);
     for (int i = 0; i < n; i++) {
         char line[8192];
-        et_gen_line(line, sizeof(line), i + 1, jobs[i].prompt, jobs[i].n_prompt,
-                    jobs[i].max_tokens, jobs[i].temperature, jobs[i].seed, jobs[i].extra);
+        et_gen_line_s(line, sizeof(line), i + 1, jobs[i].prompt, jobs[i].n_prompt, jobs[i].max_tokens,
+                      jobs[i].temperature, jobs[i].seed, jobs[i].sampling, jobs[i].extra);
         et_send(f.e, &f.out, f.c, line);
     }
     et_run(f.e, &f.out, f.c);
@@ -201,6 +202,39 @@ static void test_stories_equal(void **state)
         assert_true(accepted > 0);
         et_collect_free(got);
     }
+    et_collect_free(ref);
+}
+
+/* The samplers with state or draws of their own (XTC's chance, Mirostat's
+ * mu, DRY's and the penalties' windows, the dynamic temperature, and
+ * min_tokens' count) see every verified position in order, so seeded
+ * outputs stay those of plain decoding. */
+static void test_samplers_equal(void **state)
+{
+    (void)state;
+    static const char *const sampling[] = {
+        "\"xtc_probability\":0.5,\"xtc_threshold\":0.1",
+        "\"mirostat\":2,\"mirostat_tau\":3",
+        "\"mirostat\":1,\"mirostat_tau\":4",
+        "\"dry_multiplier\":0.8,\"dry_allowed_length\":2,\"repeat_penalty\":1.2,\"presence_penalty\":0.3",
+        "\"dynatemp_range\":0.5,\"top_n_sigma\":1.5",
+    };
+    job jobs[16];
+    int n = stories_jobs(jobs, 16, 120);
+    for (int i = 0; i < n; i++) {
+        jobs[i].sampling = sampling[i % 5];
+        if (i % 4 == 3) jobs[i].extra = "\"min_tokens\":30";
+        /* greedy with XTC draws too: every job seeded */
+        if (jobs[i].seed < 0) jobs[i].seed = 500 + i;
+    }
+    engine_params plain = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1};
+    et_collect *ref = run_jobs(g_stories, &plain, jobs, n);
+    engine_params p = {.n_slots = 4, .n_ctx = 512, .n_batch = 64, .n_threads = 1, .draft_ngram = true,
+                       .draft_max = 4};
+    et_collect *got = run_jobs(g_stories, &p, jobs, n);
+    assert_same(ref, got, n);
+    assert_true(sum_stat(got, n, true) > 0);
+    et_collect_free(got);
     et_collect_free(ref);
 }
 
@@ -1005,6 +1039,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_source),
         cmocka_unit_test(test_stories_equal),
+        cmocka_unit_test(test_samplers_equal),
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_no_proposals),
