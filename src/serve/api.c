@@ -566,7 +566,6 @@ static const unsupported_field k_unsupported[] = {
     {"length_penalty", K_GEN, inert_one, "1"},
     {"prompt_logprobs", K_GEN, NULL, NULL},
     {"chat_template", K_CHAT, NULL, NULL},
-    {"truncate_prompt_tokens", K_GEN | K_EMB, NULL, NULL},
     {"logits_processors", K_GEN, inert_empty, "[]"},
     {"bad_words", K_GEN, inert_empty, "[]"},
     {"allowed_token_ids", K_GEN, inert_empty, "[]"},
@@ -1046,7 +1045,15 @@ static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen 
 /* One embeddings input: what[] are its token ids (a JSON array of integers,
  * checked against the vocab) or its text (tokenized with BOS); neither may
  * be empty, nor longer than the context. */
-static int parse_input(const api_env *env, json_t *v, const char *what, api_input *in,
+/* vLLM's truncate_prompt_tokens: only the last `keep` ids stay (0: all). */
+static void keep_last(int32_t *ids, size_t *n, size_t keep)
+{
+    if (keep == 0 || *n <= keep) return;
+    memmove(ids, ids + (*n - keep), keep * sizeof(int32_t));
+    *n = keep;
+}
+
+static int parse_input(const api_env *env, json_t *v, const char *what, api_input *in, size_t keep,
                        api_error *e)
 {
     if (json_is_string(v)) {
@@ -1074,6 +1081,7 @@ static int parse_input(const api_env *env, json_t *v, const char *what, api_inpu
         in->n = n;
     }
     if (in->n == 0) return api_fail(e, 400, "invalid_prompt", "`%s` has no tokens", what);
+    keep_last(in->ids, &in->n, keep);
     if (env->n_ctx > 0 && (int64_t)in->n > env->n_ctx) {
         return api_fail(e, 400, "context_length_exceeded", "`%s` has %zu tokens; the context holds %lld",
                         what, in->n, (long long)env->n_ctx);
@@ -1110,7 +1118,7 @@ static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
     g->inputs = calloc(n, sizeof(*g->inputs));
     if (g->inputs == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
     g->n_inputs = n;
-    if (single) return parse_input(env, in, "input", &g->inputs[0], e);
+    if (single) return parse_input(env, in, "input", &g->inputs[0], g->truncate, e);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(in, i);
         char what[48];
@@ -1119,7 +1127,7 @@ static int parse_inputs(const api_env *env, json_t *o, api_gen *g, api_error *e)
             return api_fail(e, 400, "invalid_type", "`%s` must be %s, as `input[0]` is", what,
                             json_is_string(first) ? "a string" : "an array of token ids");
         }
-        if (parse_input(env, v, what, &g->inputs[i], e) != 0) return -1;
+        if (parse_input(env, v, what, &g->inputs[i], g->truncate, e) != 0) return -1;
     }
     return 0;
 }
@@ -1466,6 +1474,18 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
     }
     if ((rc = check_unsupported(o, kind, e)) != 0) goto out;
+    /* vLLM's truncate_prompt_tokens: the prompt's (or each input's) last k
+     * tokens; -1: as many as the context takes (with room for one more
+     * token when generating) */
+    int64_t trunc = 0;
+    bool had_trunc = false;
+    if ((rc = get_int(o, "truncate_prompt_tokens", -1, INT32_MAX, &trunc, &had_trunc, e)) != 0) goto out;
+    if (had_trunc && trunc == 0) {
+        rc = api_fail(e, 400, "invalid_value", "`truncate_prompt_tokens` must be at least 1, or -1");
+        goto out;
+    }
+    if (trunc < 0) trunc = env->n_ctx > 0 ? env->n_ctx - (kind == API_EMBEDDING ? 0 : 1) : 0;
+    g->truncate = (size_t)trunc;
     /* llama-server's switch for its prompt cache: false opts this request
      * out of the engine's prefix cache (the answer is the same either way) */
     bool cache_prompt = true;
@@ -1588,6 +1608,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         rc = api_fail(e, 400, "invalid_prompt", "the prompt has no tokens");
         goto out;
     }
+    keep_last(g->prompt, &g->n_prompt, g->truncate);
     if (env->n_ctx > 0 && (int64_t)g->n_prompt >= env->n_ctx) {
         rc = api_fail(e, 400, "context_length_exceeded",
                       "the prompt is %zu tokens; the context holds %lld", g->n_prompt,

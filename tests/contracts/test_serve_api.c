@@ -498,6 +498,29 @@ static void test_repeat_last_n(void **state)
     b = "{\"prompt\":[1,2],\"dry_sequence_breakers\":[\"\"]}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
     assert_non_null(strstr(e.message, "`dry_sequence_breakers[0]`"));
+    /* vLLM's truncate_prompt_tokens: the last k tokens; -1 whatever fits */
+    b = "{\"prompt\":[1,2,3,4,5,6],\"truncate_prompt_tokens\":4}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    assert_int_equal(g.n_prompt, 4);
+    assert_int_equal(g.prompt[0], 3);
+    api_gen_free(&g);
+    char longp[1024];
+    size_t k = (size_t)snprintf(longp, sizeof(longp), "{\"prompt\":[1");
+    for (int i = 0; i < 99; i++) k += (size_t)snprintf(longp + k, sizeof(longp) - k, ",%d", 3 + i % 50);
+    snprintf(longp + k, sizeof(longp) - k, "],\"truncate_prompt_tokens\":-1}");
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, longp, strlen(longp), &g, &e), 0);
+    assert_int_equal(g.n_prompt, 63); /* n_ctx 64, one token of room */
+    assert_int_equal(g.max_tokens, 1);
+    api_gen_free(&g);
+    b = "{\"input\":[[1,2,3,4,5],[6,7]],\"truncate_prompt_tokens\":3}";
+    assert_int_equal(api_parse_gen(&env, API_EMBEDDING, b, strlen(b), &g, &e), 0);
+    assert_int_equal(g.inputs[0].n, 3);
+    assert_int_equal(g.inputs[0].ids[0], 3);
+    assert_int_equal(g.inputs[1].n, 2);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"truncate_prompt_tokens\":0}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`truncate_prompt_tokens`"));
     b = "{\"prompt\":[1,2],\"mirostat\":3}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
     assert_non_null(strstr(e.message, "`mirostat`"));

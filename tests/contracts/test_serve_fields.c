@@ -128,8 +128,6 @@ static const field_case k_refused[] = {
     {'c', "length_penalty", "0.5"},
     {'c', "prompt_logprobs", "1"},
     {'h', "chat_template", "\"{{ messages }}\""},
-    {'c', "truncate_prompt_tokens", "4"},
-    {'e', "truncate_prompt_tokens", "4"},
     {'c', "logits_processors", "[\"x\"]"},
     {'c', "bad_words", "[\"dog\"]"},
     {'c', "allowed_token_ids", "[5,6]"},
