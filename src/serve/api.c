@@ -438,12 +438,6 @@ static bool inert_false(json_t *v, json_t *o)
     return json_is_false(v);
 }
 
-static bool inert_true(json_t *v, json_t *o)
-{
-    (void)o;
-    return json_is_true(v);
-}
-
 static bool inert_empty(json_t *v, json_t *o)
 {
     (void)o;
@@ -562,7 +556,6 @@ static const unsupported_field k_unsupported[] = {
     /* vLLM */
     {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
-    {"skip_special_tokens", K_GEN, inert_true, "true"},
     {"length_penalty", K_GEN, inert_one, "1"},
     {"prompt_logprobs", K_GEN, NULL, NULL},
     {"chat_template", K_CHAT, NULL, NULL},
@@ -1595,6 +1588,9 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
+        bool skip_special = true;
+        if ((rc = get_bool(o, "skip_special_tokens", &skip_special, e)) != 0) goto out;
+        g->keep_special = !skip_special;
         if ((rc = parse_logit_bias(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_ignore_eos(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_structured(o, g, e)) != 0) goto out;

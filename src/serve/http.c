@@ -505,6 +505,7 @@ static int gen_run_prepare(gen_run *gr)
             return -1;
         }
         textgen_keep(&c->tg, gr->keep, gr->n_keep);
+        if (gr->g.keep_special) textgen_render_special(&c->tg);
         textgen_stop_on(&c->tg, gr->g.stop_ids, gr->g.n_stop_ids, gr->g.include_stop,
                         (size_t)gr->g.min_tokens);
         c->tg_ready = true;

@@ -181,6 +181,11 @@ void textgen_keep(textgen *tg, const int32_t *ids, size_t n)
     tok_stream_keep(&tg->st, ids, n);
 }
 
+void textgen_render_special(textgen *tg)
+{
+    tg->st.flags |= TOK_DETOK_SPECIAL;
+}
+
 void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop, size_t min_tokens)
 {
     tg->stop_ids = ids;

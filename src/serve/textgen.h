@@ -82,6 +82,10 @@ void textgen_keep(textgen *tg, const int32_t *ids, size_t n);
  * stop string completed at or after that token does). Call after
  * textgen_init, before the first textgen_push. */
 void textgen_stop_on(textgen *tg, const int32_t *ids, size_t n, bool include_stop, size_t min_tokens);
+/* vLLM's skip_special_tokens false: control tokens come out as their
+ * text (end-of-generation ones still end the text, without it). Call
+ * after textgen_init, before the first textgen_push. */
+void textgen_render_special(textgen *tg);
 /* Feeds one generated id; appends releasable text to out. After it returns
  * with tg->ended set, further ids are ignored. */
 int textgen_push(textgen *tg, int32_t id, sbuf *out, strata_err *err);

@@ -124,7 +124,6 @@ static const field_case k_refused[] = {
     {'e', "embd_normalize", "-1"},
     {'c', "guided_whitespace_pattern", "\" *\""},
     {'c', "use_beam_search", "true"},
-    {'c', "skip_special_tokens", "false"},
     {'c', "length_penalty", "0.5"},
     {'c', "prompt_logprobs", "1"},
     {'h', "chat_template", "\"{{ messages }}\""},

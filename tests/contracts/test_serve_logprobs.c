@@ -406,6 +406,23 @@ static void test_stop_ids_and_included_stops(void **state)
     assert_string_equal(t.out.data, ", there w");
     tg_end(&t);
 
+    /* skip_special_tokens false: a control token (BOS) as its text; the
+     * EOS still ends the text without one */
+    tg_start(&t, NULL);
+    textgen_render_special(&t.tg);
+    assert_int_equal(textgen_push(&t.tg, ids[0], &t.out, NULL), 0);
+    assert_int_equal(textgen_push(&t.tg, 1, &t.out, NULL), 0);
+    assert_int_equal(textgen_push(&t.tg, 2, &t.out, NULL), 0);
+    assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ",<s>");
+    tg_end(&t);
+    tg_start(&t, NULL); /* by default it gives nothing */
+    assert_int_equal(textgen_push(&t.tg, ids[0], &t.out, NULL), 0);
+    assert_int_equal(textgen_push(&t.tg, 1, &t.out, NULL), 0);
+    assert_int_equal(textgen_finish(&t.tg, &t.out, NULL), 0);
+    assert_string_equal(t.out.data, ",");
+    tg_end(&t);
+
     /* a control token (EOS here) as a stop id: no text of its own */
     tg_start(&t, NULL);
     int32_t eos[1] = {2};
