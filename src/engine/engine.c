@@ -831,6 +831,14 @@ static bool check_request(const engine *e, const proto_msg *m, char *code_out,
             return false;
         }
     }
+    for (size_t i = 0; i < g->n_allowed_tokens; i++) {
+        if (g->allowed_tokens[i] >= e->n_vocab) {
+            snprintf(message, message_size,
+                     "gen: allowed_tokens[%zu] = %" PRId32 " is outside the vocabulary [0, %" PRId64 ")", i,
+                     g->allowed_tokens[i], e->n_vocab);
+            return false;
+        }
+    }
     for (size_t i = 0; i < g->sampling.n_logit_bias; i++) {
         if (g->sampling.logit_bias[i].token >= e->n_vocab) {
             snprintf(message, message_size,
@@ -1610,9 +1618,18 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t dra
         }
         to_sample = e->glogits;
     }
+    if (g->n_allowed_tokens > 0) {
+        /* allowed_tokens: nothing else */
+        for (int64_t t = 0; t < e->n_vocab; t++) e->ban_logits[t] = -INFINITY;
+        for (size_t i = 0; i < g->n_allowed_tokens; i++) {
+            int32_t t = g->allowed_tokens[i];
+            if (t >= 0 && t < e->n_vocab) e->ban_logits[t] = to_sample[t];
+        }
+        to_sample = e->ban_logits;
+    }
     if (r->n_gen < g->min_tokens) {
         /* min_tokens: no end-of-generation or stop token yet */
-        memcpy(e->ban_logits, to_sample, (size_t)e->n_vocab * sizeof(float));
+        if (to_sample != e->ban_logits) memcpy(e->ban_logits, to_sample, (size_t)e->n_vocab * sizeof(float));
         for (int64_t t = 0; t < e->n_vocab; t++) {
             if (e->is_eog[t]) e->ban_logits[t] = -INFINITY;
         }

@@ -73,6 +73,7 @@ void proto_msg_free(proto_msg *m)
         free(m->u.gen.tokens);
         free(m->u.gen.sampling.logit_bias);
         free(m->u.gen.stop_tokens);
+        free(m->u.gen.allowed_tokens);
         free(m->u.gen.grammar);
         break;
     case PROTO_OP_EMBED: free(m->u.embed.tokens); break;
@@ -259,6 +260,10 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
                 enc_tokens(e, g->stop_tokens, g->n_stop_tokens, "gen.stop_tokens"));
     }
     if (g->ignore_eos) enc_set(e, o, "ignore_eos", enc_take(e, json_true()));
+    if (g->n_allowed_tokens > 0) {
+        enc_set(e, o, "allowed_tokens",
+                enc_tokens(e, g->allowed_tokens, g->n_allowed_tokens, "gen.allowed_tokens"));
+    }
     if (g->min_tokens < 0) e->bad = "gen.min_tokens";
     if (g->min_tokens > 0) enc_set(e, o, "min_tokens", enc_int(e, g->min_tokens));
     if (g->logprobs > PROTO_MAX_LOGPROBS || g->logprobs < -1) e->bad = "gen.logprobs";
@@ -786,6 +791,7 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
     dec_int(d, o, "max_tokens", "max_tokens", false, -1, INT64_MAX, &g->max_tokens, NULL);
     dec_sampling(d, json_object_get(o, "sampling"), &g->sampling);
     dec_tokens(d, o, "stop_tokens", false, false, &g->stop_tokens, &g->n_stop_tokens);
+    dec_tokens(d, o, "allowed_tokens", false, false, &g->allowed_tokens, &g->n_allowed_tokens);
     json_t *v = json_object_get(o, "ignore_eos");
     if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
         dec_fail(d, "ignore_eos must be true or false");

@@ -74,6 +74,9 @@
  *                       the token (-infinity)
  *   stop_tokens optional array of token ids that end the generation:
  *               `done` says `stop`; the stop token itself is not sent.
+ *   allowed_tokens  optional array of token ids (vLLM's allowed_token_ids):
+ *               only these may be sampled (end-of-generation tokens
+ *               too only when listed).
  *   min_tokens  optional integer >= 0 [0]: until this many tokens are
  *               generated, the end-of-generation tokens and stop_tokens
  *               are banned (vLLM's min_tokens); a grammar that allows
@@ -389,6 +392,8 @@ typedef struct proto_gen {
     int32_t *stop_tokens;      /* (n_stop_tokens) */
     size_t n_stop_tokens;
     int64_t min_tokens;        /* 0: none */
+    int32_t *allowed_tokens;   /* (n_allowed_tokens); none: every token */
+    size_t n_allowed_tokens;
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
     bool no_cache;             /* `cache`: false */

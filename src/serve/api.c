@@ -131,6 +131,7 @@ void api_gen_free(api_gen *g)
     for (size_t i = 0; i < g->n_inputs; i++) free(g->inputs[i].ids);
     free(g->inputs);
     free(g->sampling.logit_bias);
+    free(g->allowed);
     free(g->grammar);
     json_decref(g->tools);
     memset(g, 0, sizeof(*g));
@@ -155,6 +156,11 @@ void api_gen_move_to(api_gen *g, sreq *r)
         r->gen.tokens = g->prompt;
         r->gen.n_tokens = g->n_prompt;
         r->gen.max_tokens = g->max_tokens;
+        r->gen.min_tokens = g->min_tokens;
+        r->gen.allowed_tokens = g->allowed;
+        r->gen.n_allowed_tokens = g->n_allowed;
+        g->allowed = NULL;
+        g->n_allowed = 0;
         r->gen.logprobs = g->logprobs;
         r->gen.sampling = g->sampling;
         r->gen.grammar = g->grammar;
@@ -193,6 +199,11 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     r->gen.n_tokens = g->n_prompt;
     r->gen.max_tokens = g->max_tokens;
     r->gen.min_tokens = g->min_tokens;
+    if (g->n_allowed > 0) {
+        r->gen.allowed_tokens = copy_ids(g->allowed, g->n_allowed);
+        if (r->gen.allowed_tokens == NULL) return STRATA_ENOMEM;
+        r->gen.n_allowed_tokens = g->n_allowed;
+    }
     r->gen.logprobs = g->logprobs;
     r->gen.sampling = g->sampling;
     r->gen.sampling.logit_bias = NULL;
@@ -294,6 +305,28 @@ static int parse_stop_ids(json_t *o, const vocab *voc, api_gen *g, api_error *e)
             return api_fail(e, 400, "invalid_value", "`stop_token_ids[%zu]` is not a token id of this model", i);
         }
         g->stop_ids[g->n_stop_ids++] = (int32_t)json_integer_value(id);
+    }
+    return 0;
+}
+
+/* vLLM's allowed_token_ids: a non-empty array of ids of the vocabulary;
+ * only those may be sampled. */
+static int parse_allowed(json_t *o, const vocab *voc, api_gen *g, api_error *e)
+{
+    json_t *v = json_object_get(o, "allowed_token_ids");
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return api_fail(e, 400, "invalid_value", "`allowed_token_ids` must be a non-empty array of token ids");
+    }
+    g->allowed = malloc(json_array_size(v) * sizeof(int32_t));
+    if (g->allowed == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    size_t i;
+    json_t *id;
+    json_array_foreach(v, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= vocab_n_tokens(voc)) {
+            return api_fail(e, 400, "invalid_value", "`allowed_token_ids[%zu]` is not a token id of this model", i);
+        }
+        g->allowed[g->n_allowed++] = (int32_t)json_integer_value(id);
     }
     return 0;
 }
@@ -561,7 +594,6 @@ static const unsupported_field k_unsupported[] = {
     {"chat_template", K_CHAT, NULL, NULL},
     {"logits_processors", K_GEN, inert_empty, "[]"},
     {"bad_words", K_GEN, inert_empty, "[]"},
-    {"allowed_token_ids", K_GEN, inert_empty, "[]"},
 };
 
 /* 400 `unsupported_parameter` naming the first field of the table that the
@@ -1588,6 +1620,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         }
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
+        if ((rc = parse_allowed(o, env->voc, g, e)) != 0) goto out;
         bool skip_special = true;
         if ((rc = get_bool(o, "skip_special_tokens", &skip_special, e)) != 0) goto out;
         g->keep_special = !skip_special;

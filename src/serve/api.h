@@ -97,6 +97,9 @@ typedef struct api_gen {
     size_t n_stop_ids;
     bool include_stop;              /* vLLM's include_stop_str_in_output */
     int64_t min_tokens;             /* vLLM's min_tokens (protocol `min_tokens`) */
+    int32_t *allowed;               /* vLLM's allowed_token_ids (protocol `allowed_tokens`),
+                                       malloc'd; NULL: every token */
+    size_t n_allowed;
     bool keep_special;              /* vLLM's skip_special_tokens false: control tokens
                                        come out as their text */
     size_t truncate;                /* vLLM's truncate_prompt_tokens: the prompt's (each

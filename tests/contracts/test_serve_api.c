@@ -532,6 +532,18 @@ static void test_repeat_last_n(void **state)
     assert_int_equal(r->gen.min_tokens, 4);
     sreq_release(r);
     api_gen_free(&g);
+    /* vLLM's allowed_token_ids reach the engine */
+    b = "{\"prompt\":[1,2],\"allowed_token_ids\":[5,6,7]}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
+    r = sreq_new(1, false);
+    assert_int_equal(api_gen_copy_to(&g, 0, r), 0);
+    assert_int_equal(r->gen.n_allowed_tokens, 3);
+    assert_int_equal(r->gen.allowed_tokens[2], 7);
+    sreq_release(r);
+    api_gen_free(&g);
+    b = "{\"prompt\":[1,2],\"allowed_token_ids\":[]}";
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
+    assert_non_null(strstr(e.message, "`allowed_token_ids`"));
     b = "{\"prompt\":[1,2],\"min_tokens\":10,\"max_tokens\":9}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
     assert_non_null(strstr(e.message, "`min_tokens`"));

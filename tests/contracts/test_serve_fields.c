@@ -129,7 +129,6 @@ static const field_case k_refused[] = {
     {'h', "chat_template", "\"{{ messages }}\""},
     {'c', "logits_processors", "[\"x\"]"},
     {'c', "bad_words", "[\"dog\"]"},
-    {'c', "allowed_token_ids", "[5,6]"},
 };
 
 /* Fields that do not change the answer, values of the refused fields that

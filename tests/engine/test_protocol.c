@@ -80,6 +80,9 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.n_stop_tokens = 2;
     m.u.gen.ignore_eos = true;
     m.u.gen.min_tokens = 7;
+    int32_t allowed[2] = {5, 9};
+    m.u.gen.allowed_tokens = allowed;
+    m.u.gen.n_allowed_tokens = 2;
     m.u.gen.logprobs = 5;
     m.u.gen.no_cache = true;
     proto_msg r;
@@ -116,6 +119,8 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.stop_tokens[1], 13);
     assert_true(r.u.gen.ignore_eos);
     assert_int_equal(r.u.gen.min_tokens, 7);
+    assert_int_equal(r.u.gen.n_allowed_tokens, 2);
+    assert_int_equal(r.u.gen.allowed_tokens[1], 9);
     assert_int_equal(r.u.gen.logprobs, 5);
     assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);

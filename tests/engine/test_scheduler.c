@@ -292,6 +292,28 @@ static void test_min_tokens(void **state)
     fx_close(&f);
 }
 
+/* allowed_tokens: only those are sampled, greedy or not; one outside the
+ * vocabulary is refused. */
+static void test_allowed_tokens(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f, 2, 512, 64);
+    fx_send(&f, "{\"op\":\"gen\",\"id\":1,\"tokens\":[1,403],\"max_tokens\":12,\"allowed_tokens\":[300,301,302],"
+                "\"sampling\":{\"temperature\":0}}");
+    fx_send(&f, "{\"op\":\"gen\",\"id\":2,\"tokens\":[1,403],\"max_tokens\":30,\"allowed_tokens\":[300,2],"
+                "\"sampling\":{\"temperature\":1.5,\"seed\":3}}");
+    fx_send(&f, "{\"op\":\"gen\",\"id\":3,\"tokens\":[1,403],\"allowed_tokens\":[99999]}");
+    fx_run(&f);
+    et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
+    assert_int_equal(f.c->recs[1].n_tok, 12);
+    for (size_t i = 0; i < 12; i++) assert_true(f.c->recs[1].toks[i] >= 300 && f.c->recs[1].toks[i] <= 302);
+    /* with the EOS allowed, a sampled reply may end by it */
+    for (size_t i = 0; i < f.c->recs[2].n_tok; i++) assert_int_equal(f.c->recs[2].toks[i], 300);
+    et_assert_err(f.c, 3, PROTO_ERR_BAD_REQUEST);
+    fx_close(&f);
+}
+
 /* The penalties' window covers the prompt's last tokens, as llama.cpp's
  * server and command line have it: a prompt token made the certain
  * greedy choice by a bias is penalised away while it is within the last
@@ -596,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_penalties_see_the_prompt),
         cmocka_unit_test(test_min_tokens),
+        cmocka_unit_test(test_allowed_tokens),
         cmocka_unit_test(test_context_and_bad_requests),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_embeddings_match_llamacpp),
