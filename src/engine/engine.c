@@ -831,6 +831,14 @@ static bool check_request(const engine *e, const proto_msg *m, char *code_out,
             return false;
         }
     }
+    for (size_t i = 0, at = 0; i < g->n_bad; at += (size_t)g->bad_len[i++]) {
+        for (int32_t k = 0; k < g->bad_len[i]; k++) {
+            if (g->bad_ids[at + (size_t)k] >= e->n_vocab) {
+                snprintf(message, message_size, "gen: bad_words[%zu] holds a token outside the vocabulary", i);
+                return false;
+            }
+        }
+    }
     for (size_t i = 0; i < g->n_allowed_tokens; i++) {
         if (g->allowed_tokens[i] >= e->n_vocab) {
             snprintf(message, message_size,
@@ -1626,6 +1634,21 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t dra
             if (t >= 0 && t < e->n_vocab) e->ban_logits[t] = to_sample[t];
         }
         to_sample = e->ban_logits;
+    }
+    if (g->n_bad > 0) {
+        /* bad_words: the token that would complete one */
+        const int32_t *out_toks = e->hist + (size_t)r->slot * (size_t)e->n_ctx + (size_t)r->n_prompt;
+        for (size_t i = 0, at = 0; i < g->n_bad; at += (size_t)g->bad_len[i++]) {
+            int32_t len = g->bad_len[i];
+            const int32_t *w = g->bad_ids + at;
+            if (r->n_gen < len - 1) continue;
+            if (memcmp(out_toks + r->n_gen - (len - 1), w, (size_t)(len - 1) * sizeof(int32_t)) != 0) continue;
+            if (to_sample != e->ban_logits) {
+                memcpy(e->ban_logits, to_sample, (size_t)e->n_vocab * sizeof(float));
+                to_sample = e->ban_logits;
+            }
+            e->ban_logits[w[len - 1]] = -INFINITY;
+        }
     }
     if (r->n_gen < g->min_tokens) {
         /* min_tokens: no end-of-generation or stop token yet */

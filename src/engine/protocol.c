@@ -74,6 +74,8 @@ void proto_msg_free(proto_msg *m)
         free(m->u.gen.sampling.logit_bias);
         free(m->u.gen.stop_tokens);
         free(m->u.gen.allowed_tokens);
+        free(m->u.gen.bad_ids);
+        free(m->u.gen.bad_len);
         free(m->u.gen.grammar);
         break;
     case PROTO_OP_EMBED: free(m->u.embed.tokens); break;
@@ -263,6 +265,16 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->n_allowed_tokens > 0) {
         enc_set(e, o, "allowed_tokens",
                 enc_tokens(e, g->allowed_tokens, g->n_allowed_tokens, "gen.allowed_tokens"));
+    }
+    if (g->n_bad > 0) {
+        json_t *a = enc_take(e, json_array());
+        size_t at = 0;
+        for (size_t i = 0; i < g->n_bad && a != NULL; i++) {
+            if (g->bad_len[i] < 1) e->bad = "gen.bad_words";
+            json_array_append_new(a, enc_tokens(e, g->bad_ids + at, (size_t)g->bad_len[i], "gen.bad_words"));
+            at += (size_t)(g->bad_len[i] > 0 ? g->bad_len[i] : 0);
+        }
+        enc_set(e, o, "bad_words", a);
     }
     if (g->min_tokens < 0) e->bad = "gen.min_tokens";
     if (g->min_tokens > 0) enc_set(e, o, "min_tokens", enc_int(e, g->min_tokens));
@@ -784,6 +796,41 @@ static bool dec_cache_off(dec *d, json_t *o)
     return json_is_false(v);
 }
 
+/* gen `bad_words`: arrays of 1..PROTO_MAX_BAD_WORD_TOKENS token ids. */
+static void dec_bad_words(dec *d, json_t *a, proto_gen *g)
+{
+    if (a == NULL || json_is_null(a) || d->failed) return;
+    if (!json_is_array(a) || json_array_size(a) > PROTO_MAX_BAD_WORDS) {
+        dec_fail(d, "bad_words must be an array of at most %d arrays of token ids", PROTO_MAX_BAD_WORDS);
+        return;
+    }
+    size_t n = json_array_size(a);
+    g->bad_ids = malloc((n * PROTO_MAX_BAD_WORD_TOKENS + 1) * sizeof(int32_t));
+    g->bad_len = malloc((n + 1) * sizeof(int32_t));
+    if (g->bad_ids == NULL || g->bad_len == NULL) {
+        dec_fail(d, "bad_words: out of memory");
+        return;
+    }
+    size_t at = 0, i;
+    json_t *w;
+    json_array_foreach(a, i, w) {
+        size_t k = json_is_array(w) ? json_array_size(w) : 0;
+        if (k < 1 || k > PROTO_MAX_BAD_WORD_TOKENS) {
+            dec_fail(d, "bad_words[%zu] must hold 1 to %d token ids", i, PROTO_MAX_BAD_WORD_TOKENS);
+            return;
+        }
+        for (size_t j = 0; j < k; j++) {
+            json_t *t = json_array_get(w, j);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
+                dec_fail(d, "bad_words[%zu][%zu] must be a token id", i, j);
+                return;
+            }
+            g->bad_ids[at++] = (int32_t)json_integer_value(t);
+        }
+        g->bad_len[g->n_bad++] = (int32_t)k;
+    }
+}
+
 static void dec_gen(dec *d, json_t *o, proto_gen *g)
 {
     dec_tokens(d, o, "tokens", true, true, &g->tokens, &g->n_tokens);
@@ -792,6 +839,7 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
     dec_sampling(d, json_object_get(o, "sampling"), &g->sampling);
     dec_tokens(d, o, "stop_tokens", false, false, &g->stop_tokens, &g->n_stop_tokens);
     dec_tokens(d, o, "allowed_tokens", false, false, &g->allowed_tokens, &g->n_allowed_tokens);
+    dec_bad_words(d, json_object_get(o, "bad_words"), g);
     json_t *v = json_object_get(o, "ignore_eos");
     if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) {
         dec_fail(d, "ignore_eos must be true or false");

@@ -77,6 +77,11 @@
  *   allowed_tokens  optional array of token ids (vLLM's allowed_token_ids):
  *               only these may be sampled (end-of-generation tokens
  *               too only when listed).
+ *   bad_words   optional array of at most PROTO_MAX_BAD_WORDS arrays of 1 to
+ *               PROTO_MAX_BAD_WORD_TOKENS token ids (vLLM's bad_words, as
+ *               token sequences): the last token of one is banned where the
+ *               tokens before it end the output so far (always, for one of
+ *               one token).
  *   min_tokens  optional integer >= 0 [0]: until this many tokens are
  *               generated, the end-of-generation tokens and stop_tokens
  *               are banned (vLLM's min_tokens); a grammar that allows
@@ -288,6 +293,8 @@
 #define PROTO_MAX_LOGPROBS 20
 #define PROTO_MAX_PENALTY_LAST_N 65536
 #define PROTO_MAX_DRY_BREAKERS 16
+#define PROTO_MAX_BAD_WORDS 128
+#define PROTO_MAX_BAD_WORD_TOKENS 32
 #define PROTO_DRY_BREAKER_BYTES 40
 /* How many completed steps `pong`.ms_per_token looks back over. */
 #define PROTO_PONG_COST_STEPS 32
@@ -394,6 +401,9 @@ typedef struct proto_gen {
     int64_t min_tokens;        /* 0: none */
     int32_t *allowed_tokens;   /* (n_allowed_tokens); none: every token */
     size_t n_allowed_tokens;
+    int32_t *bad_ids;          /* bad_words' sequences one after another */
+    int32_t *bad_len;          /* (n_bad) their lengths */
+    size_t n_bad;
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
     bool no_cache;             /* `cache`: false */

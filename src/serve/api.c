@@ -132,6 +132,8 @@ void api_gen_free(api_gen *g)
     free(g->inputs);
     free(g->sampling.logit_bias);
     free(g->allowed);
+    free(g->bad_ids);
+    free(g->bad_len);
     free(g->grammar);
     json_decref(g->tools);
     memset(g, 0, sizeof(*g));
@@ -161,6 +163,12 @@ void api_gen_move_to(api_gen *g, sreq *r)
         r->gen.n_allowed_tokens = g->n_allowed;
         g->allowed = NULL;
         g->n_allowed = 0;
+        r->gen.bad_ids = g->bad_ids;
+        r->gen.bad_len = g->bad_len;
+        r->gen.n_bad = g->n_bad;
+        g->bad_ids = NULL;
+        g->bad_len = NULL;
+        g->n_bad = 0;
         r->gen.logprobs = g->logprobs;
         r->gen.sampling = g->sampling;
         r->gen.grammar = g->grammar;
@@ -203,6 +211,14 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
         r->gen.allowed_tokens = copy_ids(g->allowed, g->n_allowed);
         if (r->gen.allowed_tokens == NULL) return STRATA_ENOMEM;
         r->gen.n_allowed_tokens = g->n_allowed;
+    }
+    if (g->n_bad > 0) {
+        size_t total = 0;
+        for (size_t k = 0; k < g->n_bad; k++) total += (size_t)g->bad_len[k];
+        r->gen.bad_ids = copy_ids(g->bad_ids, total);
+        r->gen.bad_len = copy_ids(g->bad_len, g->n_bad);
+        if (r->gen.bad_ids == NULL || r->gen.bad_len == NULL) return STRATA_ENOMEM;
+        r->gen.n_bad = g->n_bad;
     }
     r->gen.logprobs = g->logprobs;
     r->gen.sampling = g->sampling;
@@ -327,6 +343,69 @@ static int parse_allowed(json_t *o, const vocab *voc, api_gen *g, api_error *e)
             return api_fail(e, 400, "invalid_value", "`allowed_token_ids[%zu]` is not a token id of this model", i);
         }
         g->allowed[g->n_allowed++] = (int32_t)json_integer_value(id);
+    }
+    return 0;
+}
+
+/* One bad word's token sequence appended to g's. */
+static int add_bad_sequence(api_gen *g, const int32_t *ids, size_t n, api_error *e)
+{
+    size_t total = 0;
+    for (size_t k = 0; k < g->n_bad; k++) total += (size_t)g->bad_len[k];
+    int32_t *ni = realloc(g->bad_ids, (total + n + 1) * sizeof(int32_t));
+    if (ni == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    g->bad_ids = ni;
+    int32_t *nl = realloc(g->bad_len, (g->n_bad + 1) * sizeof(int32_t));
+    if (nl == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    g->bad_len = nl;
+    memcpy(g->bad_ids + total, ids, n * sizeof(int32_t));
+    g->bad_len[g->n_bad++] = (int32_t)n;
+    return 0;
+}
+
+/* vLLM's bad_words: each word (its leading blanks dropped) tokenized as
+ * is and after a space, the second kept when it is another token sequence
+ * of the same length (vLLM's rule); the engine bans a sequence's last
+ * token where the rest of it ends the output. */
+static int parse_bad_words(json_t *o, const vocab *voc, api_gen *g, api_error *e)
+{
+    json_t *v = json_object_get(o, "bad_words");
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) > PROTO_MAX_BAD_WORDS / 2) {
+        return api_fail(e, 400, "invalid_value", "`bad_words` must be an array of at most %d strings",
+                        PROTO_MAX_BAD_WORDS / 2);
+    }
+    size_t i;
+    json_t *w;
+    json_array_foreach(v, i, w) {
+        const char *word = json_string_value(w);
+        if (word == NULL || strlen(word) != json_string_length(w)) {
+            return api_fail(e, 400, "invalid_value", "`bad_words[%zu]` must be a string", i);
+        }
+        while (*word == ' ' || *word == '\t' || *word == '\n' || *word == '\r') word++;
+        if (*word == '\0') continue;
+        int32_t *plain = NULL, *spaced = NULL;
+        size_t n_plain = 0, n_spaced = 0;
+        strata_err err;
+        char *sp = malloc(strlen(word) + 2);
+        if (sp == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        sp[0] = ' ';
+        strcpy(sp + 1, word);
+        int rc = tok_tokenize_alloc(voc, word, strlen(word), false, false, &plain, &n_plain, &err);
+        if (rc == 0) rc = tok_tokenize_alloc(voc, sp, strlen(sp), false, false, &spaced, &n_spaced, &err);
+        free(sp);
+        if (rc == 0 && (n_plain > PROTO_MAX_BAD_WORD_TOKENS || n_plain == 0)) {
+            rc = api_fail(e, 400, "invalid_value", "`bad_words[%zu]` is %zu tokens; at most %d", i, n_plain,
+                          PROTO_MAX_BAD_WORD_TOKENS);
+        } else if (rc != 0) {
+            rc = api_fail(e, 400, "invalid_value", "cannot tokenize `bad_words[%zu]`: %s", i, err.msg);
+        } else {
+            rc = add_bad_sequence(g, plain, n_plain, e);
+            if (rc == 0 && n_spaced == n_plain && spaced[0] != plain[0]) rc = add_bad_sequence(g, spaced, n_spaced, e);
+        }
+        free(plain);
+        free(spaced);
+        if (rc != 0) return rc;
     }
     return 0;
 }
@@ -593,7 +672,6 @@ static const unsupported_field k_unsupported[] = {
     {"prompt_logprobs", K_GEN, NULL, NULL},
     {"chat_template", K_CHAT, NULL, NULL},
     {"logits_processors", K_GEN, inert_empty, "[]"},
-    {"bad_words", K_GEN, inert_empty, "[]"},
 };
 
 /* 400 `unsupported_parameter` naming the first field of the table that the
@@ -1621,6 +1699,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_allowed(o, env->voc, g, e)) != 0) goto out;
+        if ((rc = parse_bad_words(o, env->voc, g, e)) != 0) goto out;
         bool skip_special = true;
         if ((rc = get_bool(o, "skip_special_tokens", &skip_special, e)) != 0) goto out;
         g->keep_special = !skip_special;

@@ -100,6 +100,10 @@ typedef struct api_gen {
     int32_t *allowed;               /* vLLM's allowed_token_ids (protocol `allowed_tokens`),
                                        malloc'd; NULL: every token */
     size_t n_allowed;
+    int32_t *bad_ids;               /* vLLM's bad_words as token sequences (protocol
+                                       `bad_words`), one after another, malloc'd */
+    int32_t *bad_len;               /* (n_bad) their lengths, malloc'd */
+    size_t n_bad;
     bool keep_special;              /* vLLM's skip_special_tokens false: control tokens
                                        come out as their text */
     size_t truncate;                /* vLLM's truncate_prompt_tokens: the prompt's (each

@@ -106,6 +106,8 @@ void sreq_release(sreq *r)
     free(r->gen.tokens);
     free(r->gen.stop_tokens);
     free(r->gen.allowed_tokens);
+    free(r->gen.bad_ids);
+    free(r->gen.bad_len);
     free(r->gen.grammar);
     free(r->gen.sampling.logit_bias);
     free(r->emb.tokens);

@@ -128,7 +128,6 @@ static const field_case k_refused[] = {
     {'c', "prompt_logprobs", "1"},
     {'h', "chat_template", "\"{{ messages }}\""},
     {'c', "logits_processors", "[\"x\"]"},
-    {'c', "bad_words", "[\"dog\"]"},
 };
 
 /* Fields that do not change the answer, values of the refused fields that

@@ -149,6 +149,21 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.ok(r.choices[0].text.length > 0);
   });
 
+  test("vLLM's bad_words and allowed_token_ids", async () => {
+    const lp = { logprobs: 0 };
+    const whole = await greedy(lp);
+    assert.ok(whole.choices[0].logprobs.tokens.includes(' was'));
+    const r = await greedy({ ...lp, bad_words: ['was'] });
+    assert.ok(!r.choices[0].logprobs.tokens.includes(' was'), r.choices[0].text);
+    assert.notEqual(r.choices[0].text, whole.choices[0].text);
+    const tok = await (await server.fetch('/tokenize', {
+      method: 'POST', body: JSON.stringify({ content: 'a b', add_special: false }),
+    })).json();
+    const only = await greedy({ allowed_token_ids: tok.tokens, max_tokens: 6 });
+    assert.equal(only.usage.completion_tokens, 6);
+    for (const ch of only.choices[0].text) assert.ok('ab '.includes(ch), only.choices[0].text);
+  });
+
   test("vLLM's min_tokens: no end before that many tokens", async () => {
     const eos = { logit_bias: { 2: 100 } }; // the EOS certain at every step
     const r = await greedy({ ...eos, min_tokens: 6 });

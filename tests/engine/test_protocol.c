@@ -83,6 +83,10 @@ static void test_gen_roundtrip(void **state)
     int32_t allowed[2] = {5, 9};
     m.u.gen.allowed_tokens = allowed;
     m.u.gen.n_allowed_tokens = 2;
+    int32_t bad_ids[3] = {4, 6, 8}, bad_len[2] = {1, 2};
+    m.u.gen.bad_ids = bad_ids;
+    m.u.gen.bad_len = bad_len;
+    m.u.gen.n_bad = 2;
     m.u.gen.logprobs = 5;
     m.u.gen.no_cache = true;
     proto_msg r;
@@ -121,6 +125,9 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.min_tokens, 7);
     assert_int_equal(r.u.gen.n_allowed_tokens, 2);
     assert_int_equal(r.u.gen.allowed_tokens[1], 9);
+    assert_int_equal(r.u.gen.n_bad, 2);
+    assert_int_equal(r.u.gen.bad_len[1], 2);
+    assert_int_equal(r.u.gen.bad_ids[2], 8);
     assert_int_equal(r.u.gen.logprobs, 5);
     assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);

@@ -314,6 +314,29 @@ static void test_allowed_tokens(void **state)
     fx_close(&f);
 }
 
+/* bad_words: a one-token word is never sampled; a two-token one loses its
+ * second token right after its first. */
+static void test_bad_words(void **state)
+{
+    (void)state;
+    et_golden g[1];
+    et_load_greedy(g, 1);
+    fixture f;
+    fx_open(&f, 2, 512, 64);
+    char extra[128];
+    snprintf(extra, sizeof(extra), "\"bad_words\":[[%d]]", g[0].gen[0]);
+    fx_gen(&f, 1, g[0].prompt, g[0].n_prompt, 8, 0, -1, extra);
+    snprintf(extra, sizeof(extra), "\"bad_words\":[[%d,%d]]", g[0].gen[0], g[0].gen[1]);
+    fx_gen(&f, 2, g[0].prompt, g[0].n_prompt, 8, 0, -1, extra);
+    fx_send(&f, "{\"op\":\"gen\",\"id\":3,\"tokens\":[1,403],\"bad_words\":[[]]}");
+    fx_run(&f);
+    assert_true(f.c->recs[1].toks[0] != g[0].gen[0]);
+    assert_int_equal(f.c->recs[2].toks[0], g[0].gen[0]);
+    assert_true(f.c->recs[2].toks[1] != g[0].gen[1]);
+    et_assert_err(f.c, 3, PROTO_ERR_BAD_REQUEST);
+    fx_close(&f);
+}
+
 /* The penalties' window covers the prompt's last tokens, as llama.cpp's
  * server and command line have it: a prompt token made the certain
  * greedy choice by a bias is penalised away while it is within the last
@@ -619,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_penalties_see_the_prompt),
         cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_allowed_tokens),
+        cmocka_unit_test(test_bad_words),
         cmocka_unit_test(test_context_and_bad_requests),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_embeddings_match_llamacpp),
