@@ -95,7 +95,8 @@ struct engine {
     int n_slots;
     int64_t n_ctx, n_batch, n_vocab, n_embd;
     uint8_t *is_eog;          /* (n_vocab) end-of-generation tokens */
-    float *ban_logits;        /* (n_vocab) logits with min_tokens' bans */
+    float *ban_logits;        /* (n_vocab) logits with allowed_tokens', bad_words' and
+                                 min_tokens' bans */
     vocab *voc;               /* the model's vocabulary (DRY's breakers); NULL: none */
     /* DRY's restart sequences of the last set of breaker strings asked for */
     char dry_key[PROTO_MAX_DRY_BREAKERS * (PROTO_DRY_BREAKER_BYTES + 1) + 1];
@@ -1102,9 +1103,9 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
         int rc = sampler_new(&r->smp, &sp, (int32_t)e->n_vocab, err);
         free(bias); /* sampler_new copies it */
         if (rc != 0) return rc;
-        /* The penalties look at the last penalty_last_n tokens of the whole
-         * sequence, prompt included, as llama.cpp's server and command line
-         * feed their samplers. */
+        /* The penalties (and DRY) look at the last penalty_last_n (and
+         * dry_penalty_last_n) tokens of the whole sequence, prompt included,
+         * as llama.cpp's server and command line feed their samplers. */
         int64_t window = ps->penalty_last_n > ps->dry_penalty_last_n || ps->dry_multiplier == 0
                              ? ps->penalty_last_n : ps->dry_penalty_last_n;
         int64_t from = r->n_prompt - window;

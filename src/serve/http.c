@@ -986,10 +986,6 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
     return respond_json(s, c, endpoint, 200, out);
 }
 
-/* GET /slots (README "GET /slots"): the pool as pool_get_info saw it, one
- * object per replica; kv is null until that replica's engine, as now
- * running, has sent a pong with KV figures. Returns a new reference, or NULL
- * when out of memory. */
 /* GET /props: what llama-server's clients read of it (the context size in
  * default_generation_settings, the slots, the chat template and its
  * tokens), and the sampling defaults a request gets. */
@@ -1010,6 +1006,10 @@ static json_t *props_view(const server *s, const pool_info *pi)
                      "eos_token", s->cfg.eos ? s->cfg.eos : "", "modalities", "vision", 0, "audio", 0);
 }
 
+/* GET /slots (README "GET /slots"): the pool as pool_get_info saw it, one
+ * object per replica; kv is null until that replica's engine, as now
+ * running, has sent a pong with KV figures. Returns a new reference, or NULL
+ * when out of memory. */
 static json_t *slots_view(const pool_info *pi)
 {
     json_t *reps = json_array();
