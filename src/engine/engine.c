@@ -1662,6 +1662,19 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t dra
         }
         to_sample = e->ban_logits;
     }
+    if (to_sample == e->ban_logits) {
+        /* the request's own bans may leave nothing: say so rather than
+         * send a banned token */
+        bool any = false;
+        for (int64_t t = 0; t < e->n_vocab && !any; t++) any = e->ban_logits[t] > -INFINITY;
+        if (!any) {
+            finish_err(e, r, PROTO_ERR_BAD_REQUEST,
+                       "no token may come next: allowed_tokens, bad_words and min_tokens (with the "
+                       "grammar, if any) ban every one",
+                       out);
+            return false;
+        }
+    }
     int32_t tok = sampler_sample(r->smp, to_sample);
     if (r->gstate != NULL && !(to_sample[tok] > -INFINITY)) {
         /* the sampler must never choose a masked token; never send one */

@@ -304,7 +304,14 @@ static void test_allowed_tokens(void **state)
     fx_send(&f, "{\"op\":\"gen\",\"id\":2,\"tokens\":[1,403],\"max_tokens\":30,\"allowed_tokens\":[300,2],"
                 "\"sampling\":{\"temperature\":1.5,\"seed\":3}}");
     fx_send(&f, "{\"op\":\"gen\",\"id\":3,\"tokens\":[1,403],\"allowed_tokens\":[99999]}");
+    /* only the EOS allowed, and min_tokens bans it: nothing may come, an
+     * error says so (never a banned token) */
+    fx_send(&f, "{\"op\":\"gen\",\"id\":4,\"tokens\":[1,403],\"max_tokens\":5,\"min_tokens\":2,"
+                "\"allowed_tokens\":[2]}");
     fx_run(&f);
+    et_assert_err(f.c, 4, PROTO_ERR_BAD_REQUEST);
+    assert_int_equal(f.c->recs[4].n_tok, 0);
+    assert_non_null(strstr(f.c->recs[4].err_msg, "allowed_tokens"));
     et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
     assert_int_equal(f.c->recs[1].n_tok, 12);
     for (size_t i = 0; i < 12; i++) assert_true(f.c->recs[1].toks[i] >= 300 && f.c->recs[1].toks[i] <= 302);
