@@ -300,6 +300,21 @@ static int parse_stops(json_t *o, api_gen *g, api_error *e)
     return 0;
 }
 
+/* The token ids of the JSON array a (its size already checked) into
+ * out[], each an id of the vocabulary; a 400 naming what[i] otherwise. */
+static int read_ids(const json_t *a, const char *what, const vocab *voc, int32_t *out, api_error *e)
+{
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *t = json_array_get(a, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= vocab_n_tokens(voc)) {
+            return api_fail(e, 400, "invalid_value", "`%s[%zu]` is not a token id of this model (0..%d)", what, i,
+                            vocab_n_tokens(voc) - 1);
+        }
+        out[i] = (int32_t)json_integer_value(t);
+    }
+    return 0;
+}
+
 /* vLLM's `stop_token_ids` (ids of the vocabulary: the reply ends after
  * the first of them, whose text it keeps, as vLLM does for all but
  * special tokens) and `include_stop_str_in_output` (a matched stop string
@@ -314,14 +329,8 @@ static int parse_stop_ids(json_t *o, const vocab *voc, api_gen *g, api_error *e)
         return api_fail(e, 400, "invalid_value", "`stop_token_ids` has %zu ids; at most %d", json_array_size(v),
                         API_MAX_STOP_IDS);
     }
-    size_t i;
-    json_t *id;
-    json_array_foreach(v, i, id) {
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= vocab_n_tokens(voc)) {
-            return api_fail(e, 400, "invalid_value", "`stop_token_ids[%zu]` is not a token id of this model", i);
-        }
-        g->stop_ids[g->n_stop_ids++] = (int32_t)json_integer_value(id);
-    }
+    if (read_ids(v, "stop_token_ids", voc, g->stop_ids, e) != 0) return -1;
+    g->n_stop_ids = json_array_size(v);
     return 0;
 }
 
@@ -336,14 +345,8 @@ static int parse_allowed(json_t *o, const vocab *voc, api_gen *g, api_error *e)
     }
     g->allowed = malloc(json_array_size(v) * sizeof(int32_t));
     if (g->allowed == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-    size_t i;
-    json_t *id;
-    json_array_foreach(v, i, id) {
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= vocab_n_tokens(voc)) {
-            return api_fail(e, 400, "invalid_value", "`allowed_token_ids[%zu]` is not a token id of this model", i);
-        }
-        g->allowed[g->n_allowed++] = (int32_t)json_integer_value(id);
-    }
+    if (read_ids(v, "allowed_token_ids", voc, g->allowed, e) != 0) return -1;
+    g->n_allowed = json_array_size(v);
     return 0;
 }
 
@@ -1103,15 +1106,7 @@ static int parse_ids(json_t *a, const char *what, const vocab *voc, api_gen *g, 
     size_t n = json_array_size(a);
     g->prompt = malloc((n ? n : 1) * sizeof(int32_t));
     if (g->prompt == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(a, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-            json_integer_value(t) >= vocab_n_tokens(voc)) {
-            return api_fail(e, 400, "invalid_value", "`%s[%zu]` is not a token id of this model (0..%d)",
-                            what, i, vocab_n_tokens(voc) - 1);
-        }
-        g->prompt[i] = (int32_t)json_integer_value(t);
-    }
+    if (read_ids(a, what, voc, g->prompt, e) != 0) return -1;
     g->n_prompt = n;
     return 0;
 }
@@ -1171,16 +1166,7 @@ static int parse_input(const api_env *env, json_t *v, const char *what, api_inpu
         if (n == 0) return api_fail(e, 400, "invalid_value", "`%s` is an empty array", what);
         in->ids = malloc(n * sizeof(*in->ids));
         if (in->ids == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-        for (size_t k = 0; k < n; k++) {
-            json_t *t = json_array_get(v, k);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-                json_integer_value(t) >= vocab_n_tokens(env->voc)) {
-                return api_fail(e, 400, "invalid_value",
-                                "`%s[%zu]` is not a token id of this model (0..%d)", what, k,
-                                vocab_n_tokens(env->voc) - 1);
-            }
-            in->ids[k] = (int32_t)json_integer_value(t);
-        }
+        if (read_ids(v, what, env->voc, in->ids, e) != 0) return -1;
         in->n = n;
     }
     if (in->n == 0) return api_fail(e, 400, "invalid_prompt", "`%s` has no tokens", what);

@@ -426,6 +426,19 @@ static void test_ignore_eos(void **state)
 /* llama-server's repeat_last_n: the penalties' window (-1: the context);
  * penalty_last_n, which it does not read, only while no penalty is set;
  * vLLM's repetition_penalty, over the whole sequence */
+/* body is a 400 whose message holds needle. */
+static void assert_refused(const api_env *env, enum api_kind kind, const char *body, const char *needle)
+{
+    api_gen g;
+    api_error e;
+    if (api_parse_gen(env, kind, body, strlen(body), &g, &e) == 0) {
+        api_gen_free(&g);
+        fail_msg("%s was accepted", body);
+    }
+    assert_int_equal(e.status, 400);
+    if (strstr(e.message, needle) == NULL) fail_msg("%s: \"%s\" lacks %s", body, e.message, needle);
+}
+
 static void test_repeat_last_n(void **state)
 {
     (void)state;
@@ -495,9 +508,7 @@ static void test_repeat_last_n(void **state)
     assert_int_equal(g.sampling.n_dry_breakers, 2);
     assert_int_equal(strlen(g.sampling.dry_breakers[1]), 40);
     api_gen_free(&g);
-    b = "{\"prompt\":[1,2],\"dry_sequence_breakers\":[\"\"]}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`dry_sequence_breakers[0]`"));
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"dry_sequence_breakers\":[\"\"]}", "`dry_sequence_breakers[0]`");
     /* vLLM's truncate_prompt_tokens: the last k tokens; -1 whatever fits */
     b = "{\"prompt\":[1,2,3,4,5,6],\"truncate_prompt_tokens\":4}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
@@ -518,12 +529,8 @@ static void test_repeat_last_n(void **state)
     assert_int_equal(g.inputs[0].ids[0], 3);
     assert_int_equal(g.inputs[1].n, 2);
     api_gen_free(&g);
-    b = "{\"prompt\":[1,2],\"truncate_prompt_tokens\":0}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`truncate_prompt_tokens`"));
-    b = "{\"prompt\":[1,2],\"mirostat\":3}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`mirostat`"));
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"truncate_prompt_tokens\":0}", "`truncate_prompt_tokens`");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"mirostat\":3}", "`mirostat`");
     /* vLLM's min_tokens reaches the engine; never over max_tokens */
     b = "{\"prompt\":[1,2],\"min_tokens\":4,\"max_tokens\":9}";
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), 0);
@@ -541,15 +548,9 @@ static void test_repeat_last_n(void **state)
     assert_int_equal(r->gen.allowed_tokens[2], 7);
     sreq_release(r);
     api_gen_free(&g);
-    b = "{\"prompt\":[1,2],\"allowed_token_ids\":[]}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`allowed_token_ids`"));
-    b = "{\"prompt\":[1,2],\"min_tokens\":10,\"max_tokens\":9}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`min_tokens`"));
-    b = "{\"prompt\":[1,2],\"xtc_probability\":1.5}";
-    assert_int_equal(api_parse_gen(&env, API_COMPLETION, b, strlen(b), &g, &e), -1);
-    assert_non_null(strstr(e.message, "`xtc_probability`"));
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"allowed_token_ids\":[]}", "`allowed_token_ids`");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"min_tokens\":10,\"max_tokens\":9}", "`min_tokens`");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1,2],\"xtc_probability\":1.5}", "`xtc_probability`");
 }
 
 static void test_result_sum(void **state)
