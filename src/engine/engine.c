@@ -39,6 +39,10 @@ typedef struct engine_req {
     int64_t n_prompt;
     int64_t max_tokens;       /* -1: until the context is full */
     int32_t logprobs;         /* -1 none; 0 chosen only; N: and the top N */
+    bool plp;                 /* gen's prompt_logprobs (`plp` lines), with plp_top alternatives */
+    int32_t plp_top;
+    int64_t plp_next;         /* prompt positions [0, plp_next) had their logits: prompt
+                                 tokens 1 .. plp_next went out in `plp` */
     proto_pooling pooling;    /* embed: never DEFAULT once queued */
     req_state state;
     bool cancelled;
@@ -68,6 +72,8 @@ typedef struct engine_req {
     /* this step's part of the batch */
     int64_t step_n;           /* tokens */
     int64_t step_logit_row;   /* row of logits, -1 none */
+    int64_t step_plp_row;     /* first row of its prompt positions' logits (plp) */
+    int64_t step_plp_n;       /* ... and how many, for positions plp_next onwards */
     int64_t step_embd_row;    /* first row of hidden states */
     int64_t step_n_embd;
     /* speculative decoding (engine.h) */
@@ -123,7 +129,12 @@ struct engine {
     engine_req **b_reqs;      /* (n_slots) requests in the batch, in batch order */
     engine_req **b_prefill;   /* (n_slots) prefilling requests, oldest admission first */
     float *vec;               /* (n_embd) an embedding being sent */
-    float *logits;            /* (n_slots, n_vocab) */
+    float *logits;            /* (logit_rows, n_vocab) */
+    size_t logit_rows;        /* one per slot (and draft token); PROTO_PLP_CHUNK more once a
+                                 prompt_logprobs request came (grow_for_plp) */
+    bool plp_ready;           /* grown; plp_lp / plp_top allocated */
+    proto_logprob *plp_lp;    /* (PROTO_PLP_CHUNK) one `plp` line's entries */
+    proto_top *plp_tops;      /* (PROTO_PLP_CHUNK, PROTO_MAX_LOGPROBS) their alternatives */
     float *embd;              /* (n_batch, n_embd) */
     int32_t *hist;            /* (n_slots, n_ctx) each slot's tokens by position: its prompt,
                                  then what it generated (what the prefix cache publishes) */
@@ -500,6 +511,7 @@ int engine_init(engine **out, const model *m, const engine_params *p, strata_err
     size_t logit_rows = (size_t)n_slots * (speculates ? 1 + (size_t)e->draft_max : 1);
     if (logit_rows > nb) logit_rows = nb;
     e->logits = malloc(logit_rows * (size_t)e->n_vocab * sizeof(float));
+    e->logit_rows = logit_rows;
     e->embd = malloc(nb * (size_t)e->n_embd * sizeof(float));
     e->hist = malloc((size_t)n_slots * (size_t)n_ctx * sizeof(int32_t));
     if (!e->hist || !e->is_eog || !e->ban_logits || !e->slots || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
@@ -561,6 +573,8 @@ void engine_free(engine *e)
     free(e->b_prefill);
     free(e->vec);
     free(e->logits);
+    free(e->plp_lp);
+    free(e->plp_tops);
     free(e->embd);
     free(e->hist);
     pthread_mutex_destroy(&e->progress_lock);
@@ -907,6 +921,8 @@ static void enqueue(engine *e, proto_msg *m)
         r->n_prompt = (int64_t)r->msg.u.gen.n_tokens;
         r->max_tokens = r->msg.u.gen.max_tokens;
         r->logprobs = r->msg.u.gen.logprobs;
+        r->plp = r->msg.u.gen.prompt_logprobs;
+        r->plp_top = r->msg.u.gen.prompt_top;
         r->use_cache = e->prefix_on && !r->msg.u.gen.no_cache;
         r->spec = (e->draft_ngram || e->dctx != NULL) && !r->msg.u.gen.no_speculative &&
                   !(r->msg.u.gen.has_draft_max && r->msg.u.gen.draft_max == 0);
@@ -1060,8 +1076,49 @@ static int dry_breakers_for(engine *e, const proto_sampling *ps, const sample_dr
 /* Gives r slot s: its sampler or pooling buffer (kept from its first
  * admission when it was preempted), a KV sequence started from the prefix
  * cache. */
+/* The prompt tokens a request may look up in the prefix cache: 0 for none.
+ * Mean and cls pooling need hidden states the cache does not keep; prompt
+ * logprobs need the logits of every position not yet reported (after a
+ * preemption the reported ones may come from the cache: at most plp_next
+ * tokens are then reused). */
+static int64_t reuse_span(const engine_req *r)
+{
+    if (!r->use_cache || (r->is_embed && r->pooling != PROTO_POOLING_LAST)) return 0;
+    if (r->plp && r->plp_next < r->n_prompt - 1) return r->plp_next > 0 ? r->plp_next + 1 : 0;
+    return r->n_fill;
+}
+
+/* Once per engine, at the first prompt_logprobs request: PROTO_PLP_CHUNK
+ * more rows of logits (no more than the batch holds) and one `plp` line's
+ * entries. */
+static int grow_for_plp(engine *e, strata_err *err)
+{
+    if (e->plp_ready) return 0;
+    size_t rows = e->logit_rows + PROTO_PLP_CHUNK;
+    if (rows > (size_t)e->n_batch) rows = (size_t)e->n_batch;
+    float *l = realloc(e->logits, rows * (size_t)e->n_vocab * sizeof(float));
+    if (l == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory for prompt logprobs");
+    e->logits = l;
+    e->logit_rows = rows;
+    e->plp_lp = malloc(PROTO_PLP_CHUNK * sizeof(proto_logprob));
+    e->plp_tops = malloc((size_t)PROTO_PLP_CHUNK * PROTO_MAX_LOGPROBS * sizeof(proto_top));
+    if (e->plp_lp == NULL || e->plp_tops == NULL) {
+        free(e->plp_lp);
+        free(e->plp_tops);
+        e->plp_lp = NULL;
+        e->plp_tops = NULL;
+        return strata_err_set(err, STRATA_ENOMEM, "out of memory for prompt logprobs");
+    }
+    e->plp_ready = true;
+    return 0;
+}
+
 static int admit(engine *e, engine_req *r, int s, strata_err *err)
 {
+    if (r->plp) {
+        int rc = grow_for_plp(e, err);
+        if (rc != 0) return rc;
+    }
     if (r->is_embed) {
         if (r->embd_sum == NULL) r->embd_sum = calloc((size_t)e->n_embd, sizeof(double));
         if (r->embd_sum == NULL) return strata_err_set(err, STRATA_ENOMEM, "out of memory");
@@ -1117,10 +1174,10 @@ static int admit(engine *e, engine_req *r, int s, strata_err *err)
     int32_t *row = e->hist + (size_t)s * (size_t)e->n_ctx;
     memcpy(row, r->resume != NULL ? r->resume : r->prompt, (size_t)r->n_fill * sizeof(int32_t));
     r->n_done = 0;
-    /* Mean and cls pooling need hidden states the cache does not keep. */
-    if (r->use_cache && (!r->is_embed || r->pooling == PROTO_POOLING_LAST)) {
+    int64_t span = reuse_span(r);
+    if (span > 0) {
         int64_t reused = 0;
-        rc = kv_seq_reuse_prefix(e->kv, s, row, r->n_fill, e->prefix_min_tokens, &reused, err);
+        rc = kv_seq_reuse_prefix(e->kv, s, row, span, e->prefix_min_tokens, &reused, err);
         if (rc != 0) {
             kv_seq_remove(e->kv, s);
             return rc;
@@ -1169,11 +1226,11 @@ static int64_t running_blocks(const engine *e)
 static int64_t first_chunk_blocks(const engine *e, const engine_req *r)
 {
     const int64_t bt = e->kv->block_tokens;
-    int64_t start = 0;
-    if (r->use_cache && (!r->is_embed || r->pooling == PROTO_POOLING_LAST)) {
+    int64_t start = 0, span = reuse_span(r);
+    if (span > 0) {
         const int32_t *toks = r->resume != NULL ? r->resume : r->prompt;
-        int64_t m = kv_prefix_match(e->kv, toks, r->n_fill);
-        if (m >= e->prefix_min_tokens) start = m < r->n_fill ? m : r->n_fill - 1;
+        int64_t m = kv_prefix_match(e->kv, toks, span);
+        if (m >= e->prefix_min_tokens) start = m < span ? m : span - 1;
     }
     int64_t end = start + e->n_batch < r->n_fill ? start + e->n_batch : r->n_fill;
     return (end + bt - 1) / bt - start / bt;
@@ -1482,6 +1539,7 @@ static void plan_step(engine *e)
         ord[i] = r;
     }
     int64_t tok_left = e->n_batch - n_dec, reserved = 0;
+    int64_t plp_left = PROTO_PLP_CHUNK; /* rows of prompt logprobs this step */
     const int64_t bt = e->kv->block_tokens;
     for (int i = 0; i < n; i++) {
         engine_req *r = ord[i];
@@ -1495,6 +1553,11 @@ static void plan_step(engine *e)
         }
         int64_t take = r->n_fill - r->n_done;
         if (take > tok_left) take = tok_left;
+        /* positions before plp_next (recomputed after a preemption) need
+         * no row; the others one each, within the step's plp rows */
+        int64_t plp_lo = r->plp_next > r->n_done ? r->plp_next : r->n_done;
+        bool plp_rows = r->plp && plp_lo < r->n_prompt - 1;
+        if (plp_rows && take > plp_lo - r->n_done + plp_left) take = plp_lo - r->n_done + plp_left;
         if (take <= 0) continue;
         int64_t need = kv_seq_blocks_needed(e->kv, r->slot, r->n_done + take);
         if (!make_room(e, r, need, reserved)) {
@@ -1507,6 +1570,10 @@ static void plan_step(engine *e)
         reserved += need;
         tok_left -= take;
         r->step_n = take;
+        if (plp_rows) {
+            int64_t hi = r->n_done + take < r->n_prompt - 1 ? r->n_done + take : r->n_prompt - 1;
+            if (hi > plp_lo) plp_left -= hi - plp_lo;
+        }
     }
     /* drafts, oldest first, from what is left of the budget and the pool;
      * the gate weighs them against the step's tokens and what it sends */
@@ -1572,6 +1639,7 @@ static void compute_logprobs(const engine *e, const float *logits, int32_t tok, 
     double log_z = (double)max + log(sum);
     lp->token = tok;
     lp->logprob = finite_or_floor((double)logits[tok] - log_z);
+    lp->rank = 0;
     lp->top = top;
     lp->n_top = 0;
     /* top n by insertion (n <= PROTO_MAX_LOGPROBS); ties keep the lower id first */
@@ -1761,6 +1829,27 @@ static void spec_verify(engine *e, engine_req *r, proto_buf *out)
 }
 
 /* An embed's prompt is all in: pool, normalise, send. */
+/* The `plp` line of this step's prompt positions of r: prompt tokens
+ * plp_next + 1 onwards, each with its logprob, rank and top alternatives
+ * from the logits of the position before it. */
+static void emit_plp(engine *e, engine_req *r, proto_buf *out)
+{
+    int64_t n = r->step_plp_n;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = e->logits + (size_t)(r->step_plp_row + i) * (size_t)e->n_vocab;
+        int32_t tok = r->prompt[r->plp_next + i + 1];
+        proto_logprob *lp = &e->plp_lp[i];
+        compute_logprobs(e, row, tok, r->plp_top, lp, e->plp_tops + (size_t)i * PROTO_MAX_LOGPROBS);
+        int64_t above = 0;
+        for (int64_t v = 0; v < e->n_vocab; v++) above += row[v] > row[tok];
+        lp->rank = (int32_t)(above + 1);
+    }
+    proto_msg m = {.op = PROTO_OP_PLP, .has_id = true, .id = r->id};
+    m.u.plp = (proto_plp){.from = r->plp_next + 1, .logprobs = e->plp_lp, .n = (size_t)n};
+    emit(out, &m);
+    r->plp_next += n;
+}
+
 static void finish_embed(engine *e, engine_req *r, proto_buf *out)
 {
     float *vec = e->vec;
@@ -1920,7 +2009,21 @@ static int64_t run_step(engine *e, proto_buf *out)
         const int32_t *row = e->hist + (size_t)r->slot * (size_t)e->n_ctx;
         batch_add(e, r, row + r->n_done, r->n_done, take, &n_b);
         r->step_logit_row = -1;
+        r->step_plp_n = 0;
         bool last_chunk = r->n_done + take == r->n_fill;
+        if (r->plp) {
+            /* positions plp_next .. n_prompt - 2: the logits that give the
+             * prompt's next token its logprob (in position order, before
+             * the last position's row below) */
+            r->step_plp_row = n_logits;
+            for (int64_t k = 0; k < take; k++) {
+                int64_t p = r->n_done + k;
+                if (p < r->plp_next || p >= r->n_prompt - 1) continue;
+                e->b_want[first + k] = 1;
+                r->step_plp_n++;
+            }
+            n_logits += r->step_plp_n;
+        }
         if (r->is_embed) {
             r->step_embd_row = n_embd_rows;
             r->step_n_embd = 0;
@@ -1983,6 +2086,7 @@ static int64_t run_step(engine *e, proto_buf *out)
             else on_logits(e, r, e->logits + r->step_logit_row * e->n_vocab, -1, out);
             continue;
         }
+        if (r->step_plp_n > 0) emit_plp(e, r, out);
         r->n_done += r->step_n;
         if (r->n_done < r->n_fill) continue;
         if (r->t_prompt_end < 0) r->t_prompt_end = t_end;

@@ -15,9 +15,13 @@
  *      chunks of the prefilling sequences in admission order until the
  *      token budget B (n_batch) is spent; a prompt longer than what is left
  *      continues at the next step (chunked prefill, so a `stop` is seen
- *      between chunks);
+ *      between chunks); a gen with prompt_logprobs wants the logits of
+ *      each of its prompt positions, and the step's chunks of such gens
+ *      hold at most PROTO_PLP_CHUNK of those positions together (the
+ *      engine's logits buffer grows by that many rows at the first one);
  *   4. runs one model_forward_ex over it;
- *   5. samples a token for every sequence whose logits came out (decoding
+ *   5. writes the prompt logprobs of those chunks (`plp`), then samples a
+ *      token for every sequence whose logits came out (decoding
  *      ones, and those whose prompt just ended), appending `tok`, and ends
  *      the ones that are finished (`done`), or pools an embedding's hidden
  *      states (`emb`, then `done`).
@@ -84,7 +88,9 @@
  * Opt-outs: a gen/embed with `cache` false neither reuses nor publishes;
  * an embed with mean or cls pooling needs every (or the first) prompt
  * token's hidden state, which is not cached, so it does not reuse (but
- * publishes). A reuse shorter than prefix_min_tokens is none. done's
+ * publishes); likewise a gen with prompt_logprobs, which needs every
+ * prompt position's logits (resumed after a preemption, it reuses at most
+ * the positions whose logprobs it has sent). A reuse shorter than prefix_min_tokens is none. done's
  * cached_n is the prompt tokens reused (prompt_n counts them too). The
  * output does not change: keys and values are read back from the cache
  * the same way whoever wrote them (batch invariance), the sampler's

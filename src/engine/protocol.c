@@ -25,6 +25,7 @@ static const char *const k_op_names[] = {
     [PROTO_OP_STOP] = "stop",    [PROTO_OP_PING] = "ping", [PROTO_OP_SHUTDOWN] = "shutdown",
     [PROTO_OP_READY] = "ready",  [PROTO_OP_TOK] = "tok",   [PROTO_OP_EMB] = "emb",
     [PROTO_OP_DONE] = "done",    [PROTO_OP_ERR] = "err",   [PROTO_OP_PONG] = "pong",
+    [PROTO_OP_PLP] = "plp",
 };
 
 const char *proto_op_name(proto_op op)
@@ -90,6 +91,12 @@ void proto_msg_free(proto_msg *m)
         }
         free(m->u.tok.logprobs);
         free(m->u.tok.tokens);
+        break;
+    case PROTO_OP_PLP:
+        if (m->u.plp.logprobs != NULL) {
+            for (size_t i = 0; i < m->u.plp.n; i++) free(m->u.plp.logprobs[i].top);
+        }
+        free(m->u.plp.logprobs);
         break;
     case PROTO_OP_EMB: free(m->u.emb.vector); break;
     case PROTO_OP_ERR:
@@ -281,31 +288,37 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->logprobs > PROTO_MAX_LOGPROBS || g->logprobs < -1) e->bad = "gen.logprobs";
     if (g->logprobs == 0) enc_set(e, o, "logprobs", enc_take(e, json_true()));
     if (g->logprobs > 0) enc_set(e, o, "logprobs", enc_int(e, g->logprobs));
+    if (g->prompt_top > PROTO_MAX_LOGPROBS || g->prompt_top < 0) e->bad = "gen.prompt_top";
+    if (g->prompt_logprobs && g->prompt_top == 0) {
+        enc_set(e, o, "prompt_logprobs", enc_take(e, json_true()));
+    }
+    if (g->prompt_logprobs && g->prompt_top > 0) {
+        enc_set(e, o, "prompt_logprobs", enc_int(e, g->prompt_top));
+    }
     if (g->no_cache) enc_set(e, o, "cache", enc_take(e, json_false()));
     if (g->grammar != NULL) enc_set(e, o, "grammar", enc_take(e, json_string(g->grammar)));
     if (g->no_speculative) enc_set(e, o, "speculative", enc_take(e, json_false()));
     if (g->has_draft_max) enc_set(e, o, "draft_max", enc_int(e, g->draft_max));
 }
 
-static void enc_tok(enc *e, json_t *o, const proto_tok *t)
+/* lps[0..n) as `logprobs` entries ({"token","logprob"[,"rank"][,"top"]}). */
+static json_t *enc_logprobs(enc *e, const proto_logprob *lps, size_t n, const char *what)
 {
-    if (t->n_tokens == 0 || t->tokens == NULL) e->bad = "tok.tokens (none)";
-    enc_set(e, o, "tokens", enc_tokens(e, t->tokens, t->n_tokens, "tok.tokens"));
-    if (t->logprobs == NULL) return;
     json_t *a = enc_take(e, json_array());
-    for (size_t i = 0; i < t->n_tokens && a != NULL; i++) {
-        const proto_logprob *lp = &t->logprobs[i];
+    for (size_t i = 0; i < n && a != NULL; i++) {
+        const proto_logprob *lp = &lps[i];
         json_t *entry = enc_take(e, json_object());
         enc_set(e, entry, "token", enc_int(e, lp->token));
-        enc_set(e, entry, "logprob", enc_real(e, lp->logprob, "tok.logprobs.logprob"));
+        enc_set(e, entry, "logprob", enc_real(e, lp->logprob, what));
+        if (lp->rank < 0) e->bad = what;
+        if (lp->rank > 0) enc_set(e, entry, "rank", enc_int(e, lp->rank));
         if (lp->n_top > 0) {
             json_t *top = enc_take(e, json_array());
             for (size_t j = 0; j < lp->n_top && top != NULL; j++) {
                 json_t *pair = enc_take(e, json_array());
                 if (pair == NULL) break;
                 if (json_array_append_new(pair, json_integer(lp->top[j].token)) != 0 ||
-                    json_array_append_new(pair, enc_real(e, lp->top[j].logprob,
-                                                         "tok.logprobs.top")) != 0 ||
+                    json_array_append_new(pair, enc_real(e, lp->top[j].logprob, what)) != 0 ||
                     json_array_append_new(top, pair) != 0) {
                     e->oom = true;
                 }
@@ -314,7 +327,23 @@ static void enc_tok(enc *e, json_t *o, const proto_tok *t)
         }
         if (entry == NULL || json_array_append_new(a, entry) != 0) e->oom = true;
     }
-    enc_set(e, o, "logprobs", a);
+    return a;
+}
+
+static void enc_tok(enc *e, json_t *o, const proto_tok *t)
+{
+    if (t->n_tokens == 0 || t->tokens == NULL) e->bad = "tok.tokens (none)";
+    enc_set(e, o, "tokens", enc_tokens(e, t->tokens, t->n_tokens, "tok.tokens"));
+    if (t->logprobs == NULL) return;
+    enc_set(e, o, "logprobs", enc_logprobs(e, t->logprobs, t->n_tokens, "tok.logprobs"));
+}
+
+static void enc_plp(enc *e, json_t *o, const proto_plp *p)
+{
+    if (p->n == 0 || p->logprobs == NULL) e->bad = "plp.logprobs (none)";
+    if (p->from < 1 || p->from > INT32_MAX) e->bad = "plp.from";
+    enc_set(e, o, "from", enc_int(e, p->from));
+    enc_set(e, o, "logprobs", enc_logprobs(e, p->logprobs, p->n, "plp.logprobs"));
 }
 
 static void enc_ready(enc *e, json_t *o, const proto_ready *r)
@@ -467,6 +496,7 @@ int proto_encode(const proto_msg *m, proto_buf *out, strata_err *err)
         break;
     case PROTO_OP_READY: enc_ready(&e, o, &m->u.ready); break;
     case PROTO_OP_TOK: enc_tok(&e, o, &m->u.tok); break;
+    case PROTO_OP_PLP: enc_plp(&e, o, &m->u.plp); break;
     case PROTO_OP_EMB: {
         json_t *a = enc_take(&e, json_array());
         for (size_t i = 0; i < m->u.emb.n && a != NULL; i++) {
@@ -858,6 +888,18 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
     } else {
         dec_fail(d, "logprobs must be a boolean or an integer in [0, %d]", PROTO_MAX_LOGPROBS);
     }
+    v = json_object_get(o, "prompt_logprobs");
+    if (v == NULL || json_is_null(v) || json_is_false(v)) {
+        g->prompt_logprobs = false;
+    } else if (json_is_true(v)) {
+        g->prompt_logprobs = true;
+    } else if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+               json_integer_value(v) <= PROTO_MAX_LOGPROBS) {
+        g->prompt_logprobs = json_integer_value(v) > 0;
+        g->prompt_top = (int32_t)json_integer_value(v);
+    } else {
+        dec_fail(d, "prompt_logprobs must be a boolean or an integer in [0, %d]", PROTO_MAX_LOGPROBS);
+    }
     g->no_cache = dec_cache_off(d, o);
     v = json_object_get(o, "grammar");
     if (v != NULL && !json_is_null(v)) {
@@ -975,23 +1017,24 @@ static void dec_ready(dec *d, json_t *o, proto_ready *r)
     }
 }
 
-static void dec_tok(dec *d, json_t *o, proto_tok *t)
+/* `logprobs` entries a (n of them) into *out (calloc'd; NULL when a is
+ * absent or null). */
+static void dec_logprobs(dec *d, json_t *a, size_t n, proto_logprob **out)
 {
-    dec_tokens(d, o, "tokens", true, true, &t->tokens, &t->n_tokens);
-    json_t *a = json_object_get(o, "logprobs");
     if (d->failed || a == NULL || json_is_null(a)) return;
-    if (!json_is_array(a) || json_array_size(a) != t->n_tokens) {
+    if (!json_is_array(a) || json_array_size(a) != n) {
         dec_fail(d, "logprobs must be an array with one entry per token");
         return;
     }
-    t->logprobs = calloc(t->n_tokens, sizeof(proto_logprob));
-    if (t->logprobs == NULL) {
+    proto_logprob *lps = calloc(n ? n : 1, sizeof(proto_logprob));
+    *out = lps;
+    if (lps == NULL) {
         dec_fail(d, "logprobs: out of memory");
         return;
     }
-    for (size_t i = 0; i < t->n_tokens && !d->failed; i++) {
+    for (size_t i = 0; i < n && !d->failed; i++) {
         json_t *e = json_array_get(a, i);
-        proto_logprob *lp = &t->logprobs[i];
+        proto_logprob *lp = &lps[i];
         json_t *tv = json_object_get(e, "token");
         if (!json_is_object(e) || !json_is_integer(tv) || json_integer_value(tv) < 0 ||
             json_integer_value(tv) > INT32_MAX ||
@@ -1000,21 +1043,29 @@ static void dec_tok(dec *d, json_t *o, proto_tok *t)
             break;
         }
         lp->token = (int32_t)json_integer_value(tv);
+        json_t *rv = json_object_get(e, "rank");
+        if (rv != NULL && !json_is_null(rv)) {
+            if (!json_is_integer(rv) || json_integer_value(rv) < 1 || json_integer_value(rv) > INT32_MAX) {
+                dec_fail(d, "logprobs[%zu].rank must be an integer >= 1", i);
+                break;
+            }
+            lp->rank = (int32_t)json_integer_value(rv);
+        }
         json_t *top = json_object_get(e, "top");
         if (top == NULL || json_is_null(top)) continue;
         if (!json_is_array(top)) {
             dec_fail(d, "logprobs[%zu].top must be an array", i);
             break;
         }
-        size_t n = json_array_size(top);
-        if (n == 0) continue;
-        lp->top = malloc(n * sizeof(proto_top));
+        size_t nt = json_array_size(top);
+        if (nt == 0) continue;
+        lp->top = malloc(nt * sizeof(proto_top));
         if (lp->top == NULL) {
             dec_fail(d, "logprobs: out of memory");
             break;
         }
-        lp->n_top = n;
-        for (size_t j = 0; j < n; j++) {
+        lp->n_top = nt;
+        for (size_t j = 0; j < nt; j++) {
             json_t *pair = json_array_get(top, j);
             json_t *pt = json_array_get(pair, 0);
             if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_integer(pt) ||
@@ -1027,6 +1078,25 @@ static void dec_tok(dec *d, json_t *o, proto_tok *t)
             lp->top[j].token = (int32_t)json_integer_value(pt);
         }
     }
+}
+
+static void dec_tok(dec *d, json_t *o, proto_tok *t)
+{
+    dec_tokens(d, o, "tokens", true, true, &t->tokens, &t->n_tokens);
+    dec_logprobs(d, json_object_get(o, "logprobs"), t->n_tokens, &t->logprobs);
+}
+
+static void dec_plp(dec *d, json_t *o, proto_plp *p)
+{
+    dec_int(d, o, "from", "from", true, 1, INT32_MAX, &p->from, NULL);
+    json_t *a = json_object_get(o, "logprobs");
+    if (d->failed) return;
+    if (!json_is_array(a) || json_array_size(a) == 0) {
+        dec_fail(d, "logprobs must be a non-empty array");
+        return;
+    }
+    p->n = json_array_size(a);
+    dec_logprobs(d, a, p->n, &p->logprobs);
 }
 
 static void dec_emb(dec *d, json_t *o, proto_emb *e)
@@ -1121,7 +1191,7 @@ static void dec_errmsg(dec *d, json_t *o, proto_errmsg *e)
 static proto_op op_from_name(const char *s, proto_dir dir)
 {
     proto_op first = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_GEN : PROTO_OP_READY;
-    proto_op last = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_SHUTDOWN : PROTO_OP_PONG;
+    proto_op last = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_SHUTDOWN : PROTO_OP_PLP;
     for (int op = (int)first; op <= (int)last; op++) {
         if (strcmp(s, k_op_names[op]) == 0) return (proto_op)op;
     }
@@ -1200,6 +1270,7 @@ int proto_decode(const char *line, size_t len, proto_dir dir, proto_msg *out, pr
         case PROTO_OP_EMBED: dec_embed(&d, root, &out->u.embed); break;
         case PROTO_OP_READY: dec_ready(&d, root, &out->u.ready); break;
         case PROTO_OP_TOK: dec_tok(&d, root, &out->u.tok); break;
+        case PROTO_OP_PLP: dec_plp(&d, root, &out->u.plp); break;
         case PROTO_OP_EMB: dec_emb(&d, root, &out->u.emb); break;
         case PROTO_OP_DONE: dec_done(&d, root, &out->u.done); break;
         case PROTO_OP_ERR: dec_errmsg(&d, root, &out->u.err); break;

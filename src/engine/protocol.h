@@ -93,6 +93,15 @@
  *               generated token carries its own log-probability. An
  *               integer N in [1, PROTO_MAX_LOGPROBS]: that plus the N most
  *               likely alternatives.
+ *   prompt_logprobs  optional, as logprobs: each prompt token after the
+ *               first gets its log-probability given the tokens before it
+ *               (and its rank, and the N most likely alternatives), sent in
+ *               `plp` lines before the first `tok` (vLLM's prompt_logprobs,
+ *               OpenAI's echo with logprobs). Such a request takes no
+ *               prefix from the prefix cache (every prompt position's
+ *               logits are computed; its blocks are still left there), and
+ *               its prompt is prefilled in chunks of at most
+ *               PROTO_PLP_CHUNK tokens.
  *   cache       optional boolean [true]; false: this request neither takes
  *               its prompt's prefix from the engine's prefix cache nor
  *               leaves its blocks there (llama-server's cache_prompt:
@@ -192,6 +201,15 @@
  *   when the gen asked: one entry per token, `top` (the N alternatives,
  *   most likely first) only when N >= 1. Log-probabilities are the log-
  *   softmax of the model's raw logits (before bias, penalties, temperature).
+ * {"op":"plp","id":7,"from":1,"logprobs":[{"token":263,"logprob":-2.5,
+ *  "rank":2,"top":[[450,-0.11],[263,-2.5]]}]}
+ *   Prompt logprobs, only when the gen asked (prompt_logprobs): entry i is
+ *   prompt token from + i (from >= 1), its log-probability given the
+ *   prompt tokens before it (the log-softmax of the model's raw logits at
+ *   the position before), its rank (1 + the tokens with larger logits) and
+ *   `top` as in `tok`. In prompt order, one or more lines, all before the
+ *   request's first `tok` (or its `done`): prompt tokens 1 .. n-1 each
+ *   exactly once, unless the request ends early (cancelled, an error).
  * {"op":"emb","id":8,"vector":[0.1,...]}
  *   The embedding: n_embd numbers, L2-normalised.
  * {"op":"done","id":7,"finish":"stop","stats":{"prompt_n":3,"cached_n":0,
@@ -291,6 +309,9 @@
 #define PROTOCOL_MAX_LINE ((size_t)16 << 20)
 #define PROTO_ID_MAX ((int64_t)9007199254740991) /* 2^53 - 1 */
 #define PROTO_MAX_LOGPROBS 20
+/* The most prompt tokens of a prompt_logprobs request prefilled per step
+ * (and so the logits rows it needs at once). */
+#define PROTO_PLP_CHUNK 64
 #define PROTO_MAX_PENALTY_LAST_N 65536
 #define PROTO_MAX_DRY_BREAKERS 16
 #define PROTO_MAX_BAD_WORDS 128
@@ -331,6 +352,7 @@ typedef enum proto_op {
     PROTO_OP_DONE,
     PROTO_OP_ERR,
     PROTO_OP_PONG,
+    PROTO_OP_PLP,
 } proto_op;
 
 /* Which direction's ops a decoder accepts; an op of the other direction is
@@ -406,6 +428,8 @@ typedef struct proto_gen {
     size_t n_bad;
     bool ignore_eos;
     int32_t logprobs;          /* -1: none; 0: the chosen token's; N: and the top N */
+    bool prompt_logprobs;      /* `prompt_logprobs` given: the prompt's tokens' (`plp`) */
+    int32_t prompt_top;        /* ... with their top N (0: none) */
     bool no_cache;             /* `cache`: false */
     char *grammar;             /* `grammar`: GBNF text (NUL-terminated, malloc'd); NULL: none */
     bool no_speculative;       /* `speculative`: false */
@@ -449,6 +473,7 @@ typedef struct proto_logprob {
     float logprob;
     proto_top *top;            /* (n_top), most likely first */
     size_t n_top;
+    int32_t rank;              /* `plp`: 1 + the tokens more likely; 0: not sent */
 } proto_logprob;
 
 typedef struct proto_tok {
@@ -456,6 +481,12 @@ typedef struct proto_tok {
     size_t n_tokens;
     proto_logprob *logprobs;   /* (n_tokens) or NULL */
 } proto_tok;
+
+typedef struct proto_plp {
+    int64_t from;              /* the prompt position of logprobs[0], >= 1 */
+    proto_logprob *logprobs;   /* (n), n >= 1 */
+    size_t n;
+} proto_plp;
 
 typedef struct proto_emb {
     float *vector;             /* (n) */
@@ -513,6 +544,7 @@ typedef struct proto_msg {
         proto_done done;
         proto_errmsg err;
         proto_pong pong;
+        proto_plp plp;
     } u;
 } proto_msg;
 

@@ -35,6 +35,10 @@ typedef struct et_rec {
     int n_emb_msgs;
     proto_logprob *lps;      /* (n_tok) when asked; top arrays owned */
     size_t n_lps;
+    proto_logprob *plp;      /* `plp` entries: plp[i] is prompt token i + 1's; top owned */
+    size_t n_plp, cap_plp;
+    int n_plp_msgs;
+    bool plp_bad;            /* a `plp` out of order, or after a `tok` */
 } et_rec;
 
 typedef struct et_collect {
@@ -63,6 +67,8 @@ static inline void et_collect_free(et_collect *c)
         free(r->emb);
         for (size_t k = 0; k < r->n_lps; k++) free(r->lps[k].top);
         free(r->lps);
+        for (size_t k = 0; k < r->n_plp; k++) free(r->plp[k].top);
+        free(r->plp);
     }
     free(c);
 }
@@ -104,6 +110,18 @@ static inline void et_collect_line(et_collect *c, const char *line, size_t len)
                     r->lps[r->n_lps++] = m.u.tok.logprobs[i];
                     m.u.tok.logprobs[i].top = NULL; /* moved */
                 }
+            }
+            break;
+        case PROTO_OP_PLP:
+            r->n_plp_msgs++;
+            if (m.u.plp.from != (int64_t)r->n_plp + 1 || r->n_tok > 0) r->plp_bad = true;
+            for (size_t i = 0; i < m.u.plp.n; i++) {
+                if (r->n_plp == r->cap_plp) {
+                    r->cap_plp = r->cap_plp ? r->cap_plp * 2 : 64;
+                    r->plp = realloc(r->plp, r->cap_plp * sizeof(proto_logprob));
+                }
+                r->plp[r->n_plp++] = m.u.plp.logprobs[i];
+                m.u.plp.logprobs[i].top = NULL; /* moved */
             }
             break;
         case PROTO_OP_EMB:

@@ -18,6 +18,8 @@
 #include <cmocka.h>
 
 /* Encodes m to one line (checked to end in its only '\n') and decodes it. */
+static int decode_str(const char *s, proto_dir dir, proto_msg *m, proto_error *pe);
+
 static void roundtrip(const proto_msg *m, proto_dir dir, proto_msg *back, char **line_out)
 {
     proto_buf b = {0};
@@ -88,11 +90,14 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.bad_len = bad_len;
     m.u.gen.n_bad = 2;
     m.u.gen.logprobs = 5;
+    m.u.gen.prompt_logprobs = true;
+    m.u.gen.prompt_top = 4;
     m.u.gen.no_cache = true;
     proto_msg r;
     char *line;
     roundtrip(&m, PROTO_DIR_TO_ENGINE, &r, &line);
     assert_non_null(strstr(line, "\"cache\":false"));
+    assert_non_null(strstr(line, "\"prompt_logprobs\":4"));
     /* op first on the wire */
     assert_memory_equal(line, "{\"op\":\"gen\",\"id\":9007199254740991,", 34);
     free(line);
@@ -129,11 +134,14 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.bad_len[1], 2);
     assert_int_equal(r.u.gen.bad_ids[2], 8);
     assert_int_equal(r.u.gen.logprobs, 5);
+    assert_true(r.u.gen.prompt_logprobs);
+    assert_int_equal(r.u.gen.prompt_top, 4);
     assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);
 
     /* logprobs: chosen only is `true` on the wire and 0 in the struct */
     m.u.gen.logprobs = 0;
+    m.u.gen.prompt_top = 0; /* the prompt's own only: `true` */
     m.u.gen.sampling.n_logit_bias = 0;
     m.u.gen.sampling.has_seed = false;
     m.u.gen.no_cache = false;
@@ -143,9 +151,25 @@ static void test_gen_roundtrip(void **state)
     assert_non_null(strstr(line, "\"logprobs\":true"));
     assert_null(strstr(line, "seed"));
     assert_int_equal(r.u.gen.logprobs, 0);
+    assert_non_null(strstr(line, "\"prompt_logprobs\":true"));
+    assert_true(r.u.gen.prompt_logprobs);
+    assert_int_equal(r.u.gen.prompt_top, 0);
     assert_false(r.u.gen.sampling.has_seed);
     free(line);
     proto_msg_free(&r);
+    /* none: not written, and absent, false or 0 decode as none */
+    m.u.gen.prompt_logprobs = false;
+    roundtrip(&m, PROTO_DIR_TO_ENGINE, &r, &line);
+    assert_null(strstr(line, "prompt_logprobs"));
+    assert_false(r.u.gen.prompt_logprobs);
+    free(line);
+    proto_msg_free(&r);
+    assert_int_equal(decode_str("{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"prompt_logprobs\":0}",
+                                PROTO_DIR_TO_ENGINE, &r, &(proto_error){0}), 0);
+    assert_false(r.u.gen.prompt_logprobs);
+    proto_msg_free(&r);
+    assert_int_equal(decode_str("{\"op\":\"gen\",\"id\":1,\"tokens\":[1],\"prompt_logprobs\":21}",
+                                PROTO_DIR_TO_ENGINE, &r, &(proto_error){0}), STRATA_EFORMAT);
 }
 
 static int decode_str(const char *s, proto_dir dir, proto_msg *m, proto_error *pe)
@@ -267,6 +291,39 @@ static void test_other_messages_roundtrip(void **state)
     assert_true(r.u.tok.logprobs[1].logprob == -1e-7f);
     assert_int_equal(r.u.tok.logprobs[1].n_top, 0);
     proto_msg_free(&r);
+
+    /* prompt logprobs: from, rank; a plp without entries, from 0 or a bad
+     * rank does not decode; the server's direction only */
+    proto_logprob plps[] = {{411, -3.25f, top, 2, 7}, {336, -0.5f, NULL, 0, 1}};
+    proto_msg pl = {.op = PROTO_OP_PLP, .has_id = true, .id = 5,
+                    .u.plp = {.from = 3, .logprobs = plps, .n = 2}};
+    char *pline;
+    roundtrip(&pl, PROTO_DIR_TO_SERVER, &r, &pline);
+    assert_memory_equal(pline, "{\"op\":\"plp\",\"id\":5,\"from\":3,", 28);
+    free(pline);
+    assert_int_equal(r.u.plp.from, 3);
+    assert_int_equal(r.u.plp.n, 2);
+    assert_int_equal(r.u.plp.logprobs[0].token, 411);
+    assert_int_equal(r.u.plp.logprobs[0].rank, 7);
+    assert_int_equal(r.u.plp.logprobs[0].n_top, 2);
+    assert_true(r.u.plp.logprobs[0].top[0].logprob == -0.125f);
+    assert_true(r.u.plp.logprobs[1].logprob == -0.5f);
+    assert_int_equal(r.u.plp.logprobs[1].rank, 1);
+    proto_msg_free(&r);
+    const char *bad_plp[] = {
+        "{\"op\":\"plp\",\"id\":5,\"from\":1,\"logprobs\":[]}",
+        "{\"op\":\"plp\",\"id\":5,\"from\":0,\"logprobs\":[{\"token\":1,\"logprob\":-1}]}",
+        "{\"op\":\"plp\",\"id\":5,\"logprobs\":[{\"token\":1,\"logprob\":-1}]}",
+        "{\"op\":\"plp\",\"id\":5,\"from\":1,\"logprobs\":[{\"token\":1,\"logprob\":-1,\"rank\":0}]}",
+        "{\"op\":\"plp\",\"from\":1,\"logprobs\":[{\"token\":1,\"logprob\":-1}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad_plp) / sizeof(bad_plp[0]); i++) {
+        assert_int_equal(decode_str(bad_plp[i], PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+                         STRATA_EFORMAT);
+    }
+    assert_int_equal(decode_str("{\"op\":\"plp\",\"id\":5,\"from\":1,\"logprobs\":[{\"token\":1,"
+                                "\"logprob\":-1}]}", PROTO_DIR_TO_ENGINE, &r, &(proto_error){0}),
+                     STRATA_EFORMAT);
 
     /* floats round-trip exactly */
     float vec[] = {0.1f, -1.0f / 3.0f, 1e-30f, 3.4e38f, 0.0f};
