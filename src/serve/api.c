@@ -128,6 +128,8 @@ void api_gen_free(api_gen *g)
 {
     for (size_t i = 0; i < g->n_stops; i++) free(g->stops[i]);
     free(g->prompt);
+    for (size_t i = 0; g->more != NULL && i + 1 < g->n_prompts; i++) free(g->more[i].ids);
+    free(g->more);
     for (size_t i = 0; i < g->n_inputs; i++) free(g->inputs[i].ids);
     free(g->inputs);
     free(g->sampling.logit_bias);
@@ -137,6 +139,17 @@ void api_gen_free(api_gen *g)
     free(g->grammar);
     json_decref(g->tools);
     memset(g, 0, sizeof(*g));
+}
+
+/* The engine's prompt_logprobs for g: for an echo with logprobs and for
+ * vLLM's prompt_logprobs, with the larger of their alternatives. */
+static void set_prompt_logprobs(const api_gen *g, proto_gen *pg)
+{
+    int32_t top = -1;
+    if (g->echo && g->logprobs >= 0) top = g->logprobs;
+    if (g->prompt_logprobs > top) top = g->prompt_logprobs;
+    pg->prompt_logprobs = top >= 0;
+    pg->prompt_top = top > 0 ? top : 0;
 }
 
 void api_gen_move_to(api_gen *g, sreq *r)
@@ -170,6 +183,7 @@ void api_gen_move_to(api_gen *g, sreq *r)
         g->bad_len = NULL;
         g->n_bad = 0;
         r->gen.logprobs = g->logprobs;
+        set_prompt_logprobs(g, &r->gen);
         r->gen.sampling = g->sampling;
         r->gen.grammar = g->grammar;
         g->grammar = NULL;
@@ -187,6 +201,21 @@ static int32_t *copy_ids(const int32_t *ids, size_t n)
     return c;
 }
 
+size_t api_gen_n_requests(const api_gen *g)
+{
+    return g->kind == API_EMBEDDING ? g->n_inputs : g->n_prompts * g->n_choices;
+}
+
+const int32_t *api_gen_prompt(const api_gen *g, size_t p, size_t *n)
+{
+    if (p == 0 || g->more == NULL) {
+        *n = g->n_prompt;
+        return g->prompt;
+    }
+    *n = g->more[p - 1].n;
+    return g->more[p - 1].ids;
+}
+
 int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
 {
     if (r->embed) {
@@ -202,10 +231,15 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     r->gen.no_speculative = g->no_speculative;
     r->gen.has_draft_max = g->has_draft_max;
     r->gen.draft_max = g->draft_max;
-    r->gen.tokens = copy_ids(g->prompt, g->n_prompt);
+    size_t n_choices = g->n_choices > 0 ? g->n_choices : 1, n_prompt;
+    const int32_t *prompt = api_gen_prompt(g, i / n_choices, &n_prompt);
+    r->gen.tokens = copy_ids(prompt, n_prompt);
     if (r->gen.tokens == NULL) return STRATA_ENOMEM;
-    r->gen.n_tokens = g->n_prompt;
+    r->gen.n_tokens = n_prompt;
     r->gen.max_tokens = g->max_tokens;
+    /* never past the context: the answer then ends with `length` */
+    int64_t room = g->n_ctx - (int64_t)n_prompt;
+    if (g->n_ctx > 0 && (r->gen.max_tokens < 0 || r->gen.max_tokens > room)) r->gen.max_tokens = room;
     r->gen.min_tokens = g->min_tokens;
     if (g->n_allowed > 0) {
         r->gen.allowed_tokens = copy_ids(g->allowed, g->n_allowed);
@@ -221,6 +255,7 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
         r->gen.n_bad = g->n_bad;
     }
     r->gen.logprobs = g->logprobs;
+    set_prompt_logprobs(g, &r->gen);
     r->gen.sampling = g->sampling;
     r->gen.sampling.logit_bias = NULL;
     r->gen.sampling.n_logit_bias = 0;
@@ -233,7 +268,9 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
         r->gen.sampling.n_logit_bias = g->sampling.n_logit_bias;
     }
     /* The protocol's seeds are in [0, 2^63): seed + i wraps within it. */
-    if (g->sampling.has_seed) r->gen.sampling.seed = (g->sampling.seed + i) & (uint64_t)INT64_MAX;
+    if (g->sampling.has_seed) {
+        r->gen.sampling.seed = (g->sampling.seed + i % n_choices) & (uint64_t)INT64_MAX;
+    }
     return 0;
 }
 
@@ -656,7 +693,7 @@ static const unsupported_field k_unsupported[] = {
     {"reasoning_effort", K_CMPL, NULL, NULL},
     {"verbosity", K_CHAT, NULL, NULL},
     {"suffix", K_CMPL, inert_empty_string, "\"\""},
-    {"echo", K_GEN, inert_false, "false"},
+    {"echo", K_CHAT, inert_false, "false"},
     {"best_of", K_CMPL, inert_best_of, "`n`"},
     {"dimensions", K_EMB, NULL, NULL},
     /* llama-server */
@@ -672,7 +709,6 @@ static const unsupported_field k_unsupported[] = {
     {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
     {"length_penalty", K_GEN, inert_one, "1"},
-    {"prompt_logprobs", K_GEN, NULL, NULL},
     {"chat_template", K_CHAT, NULL, NULL},
     {"logits_processors", K_GEN, inert_empty, "[]"},
 };
@@ -1121,23 +1157,69 @@ static int tokenize(const vocab *voc, const char *text, size_t len, bool add_spe
     return 0;
 }
 
+/* /v1/completions `prompt`: a string, an array of token ids, or several
+ * prompts, an array of strings or of token id arrays (OpenAI's forms; one
+ * kind per request): the first into g->prompt, the rest into g->more. */
 static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen *g, api_error *e)
 {
     json_t *p = json_object_get(o, key);
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) {
-        p = json_array_get(p, 0); /* ["text"]: one prompt */
-    }
+    g->n_prompts = 1;
     if (json_is_string(p)) {
         return tokenize(env->voc, json_string_value(p), json_string_length(p), true, g, e);
     }
     if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
         return parse_ids(p, key, env->voc, g, e);
     }
-    if (json_is_array(p) && json_array_size(p) > 1) {
-        return api_fail(e, 400, "unsupported_value", "`%s` with several prompts is not supported; send one", key);
-    }
     if (p == NULL) return api_fail(e, 400, "missing_field", "`%s` is required", key);
-    return api_fail(e, 400, "invalid_type", "`%s` must be a string or an array of token ids", key);
+    const char *forms = "a string, an array of token ids, an array of strings or an array of "
+                        "arrays of token ids";
+    size_t k = json_array_size(p);
+    json_t *first = json_array_get(p, 0);
+    if (k == 0 || (!json_is_string(first) && !json_is_array(first))) {
+        return api_fail(e, 400, "invalid_type", "`%s` must be %s", key, forms);
+    }
+    if (k * g->n_choices > API_MAX_PROMPT_CHOICES) {
+        return api_fail(e, 400, "invalid_value", "`%s` has %zu prompts of %zu choices each; at most %d in all",
+                        key, k, g->n_choices, API_MAX_PROMPT_CHOICES);
+    }
+    if (k > 1 && (g->more = calloc(k - 1, sizeof(*g->more))) == NULL) {
+        return api_fail(e, 500, "out_of_memory", "out of memory");
+    }
+    g->n_prompts = k;
+    for (size_t i = 0; i < k; i++) {
+        json_t *v = json_array_get(p, i);
+        char what[48];
+        snprintf(what, sizeof(what), "%s[%zu]", key, i);
+        if (json_is_string(first) ? !json_is_string(v) : !json_is_array(v)) {
+            return api_fail(e, 400, "invalid_type", "`%s` must be %s", key, forms);
+        }
+        api_input in = {0};
+        if (json_is_array(v) && json_array_size(v) == 0) {
+            return api_fail(e, 400, "invalid_value", "`%s` is an empty array", what);
+        }
+        if (json_is_string(v)) {
+            strata_err err;
+            if (tok_tokenize_alloc(env->voc, json_string_value(v), json_string_length(v), true, true,
+                                   &in.ids, &in.n, &err) != 0) {
+                return api_fail(e, 400, "invalid_prompt", "cannot tokenize `%s`: %s", what, err.msg);
+            }
+        } else {
+            in.n = json_array_size(v);
+            in.ids = malloc(in.n * sizeof(int32_t));
+            if (in.ids == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+            if (read_ids(v, what, env->voc, in.ids, e) != 0) {
+                free(in.ids);
+                return -1;
+            }
+        }
+        if (i == 0) {
+            g->prompt = in.ids;
+            g->n_prompt = in.n;
+        } else {
+            g->more[i - 1] = in;
+        }
+    }
+    return 0;
 }
 
 /* One embeddings input: what[] are its token ids (a JSON array of integers,
@@ -1541,6 +1623,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
     g->n_choices = 1;
     g->max_tokens = -1;
     g->logprobs = -1;
+    g->prompt_logprobs = -1;
     g->sampling = proto_sampling_default();
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -1682,6 +1765,21 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             }
             if ((rc = get_bool(so, "include_usage", &g->include_usage, e)) != 0) goto out;
         }
+        /* OpenAI's echo (completions; chat refuses it above): the prompt's
+         * text before the reply's, and with logprobs its tokens' before the
+         * reply's; vLLM's prompt_logprobs: each prompt token's logprob and
+         * its N most likely alternatives, not streamed (as vLLM) */
+        if (kind == API_COMPLETION && (rc = get_bool(o, "echo", &g->echo, e)) != 0) goto out;
+        int64_t plp = -1;
+        bool had_plp = false;
+        if ((rc = get_int(o, "prompt_logprobs", 0, API_MAX_TOP_LOGPROBS_CHAT, &plp, &had_plp, e)) != 0) {
+            goto out;
+        }
+        if (had_plp && g->stream) {
+            rc = api_fail(e, 400, "invalid_value", "`prompt_logprobs` is not available with `stream`");
+            goto out;
+        }
+        g->prompt_logprobs = had_plp ? (int32_t)plp : -1;
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_allowed(o, env->voc, g, e)) != 0) goto out;
@@ -1698,20 +1796,30 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         rc = kind == API_CHAT ? parse_messages(env, o, tools, g, e) : parse_prompt(env, o, "prompt", g, e);
     }
     if (rc != 0) goto out;
-    if (g->n_prompt == 0) {
-        rc = api_fail(e, 400, "invalid_prompt", "the prompt has no tokens");
-        goto out;
+    if (g->n_prompts == 0) g->n_prompts = 1;
+    g->n_ctx = env->n_ctx;
+    size_t shortest = SIZE_MAX;
+    for (size_t p = 0; p < g->n_prompts; p++) {
+        int32_t *ids = p == 0 ? g->prompt : g->more[p - 1].ids;
+        size_t *n = p == 0 ? &g->n_prompt : &g->more[p - 1].n;
+        char which[32] = "the prompt";
+        if (g->n_prompts > 1) snprintf(which, sizeof(which), "prompt %zu", p);
+        if (*n == 0) {
+            rc = api_fail(e, 400, "invalid_prompt", "%s has no tokens", which);
+            goto out;
+        }
+        keep_last(ids, n, g->truncate);
+        if (env->n_ctx > 0 && (int64_t)*n >= env->n_ctx) {
+            rc = api_fail(e, 400, "context_length_exceeded", "%s is %zu tokens; the context holds %lld",
+                          which, *n, (long long)env->n_ctx);
+            goto out;
+        }
+        if (*n < shortest) shortest = *n;
     }
-    keep_last(g->prompt, &g->n_prompt, g->truncate);
-    if (env->n_ctx > 0 && (int64_t)g->n_prompt >= env->n_ctx) {
-        rc = api_fail(e, 400, "context_length_exceeded",
-                      "the prompt is %zu tokens; the context holds %lld", g->n_prompt,
-                      (long long)env->n_ctx);
-        goto out;
-    }
-    /* Never ask past the context: the answer then ends with `length`. */
+    /* Never ask past the context: the answer then ends with `length`
+     * (each prompt's engine request is cut to its own room). */
     if (env->n_ctx > 0) {
-        int64_t room = env->n_ctx - (int64_t)g->n_prompt;
+        int64_t room = env->n_ctx - (int64_t)shortest;
         if (g->max_tokens < 0 || g->max_tokens > room) g->max_tokens = room;
     }
 out:
@@ -1722,12 +1830,12 @@ out:
 
 /* --- responses --- */
 
-void api_result_sum(const api_result *rs, size_t n, bool prompt_once, api_result *out)
+void api_result_sum(const api_result *rs, size_t n, size_t per_prompt, api_result *out)
 {
     *out = rs[0];
     for (size_t i = 1; i < n; i++) {
         const api_result *r = &rs[i];
-        if (!prompt_once) {
+        if (per_prompt <= 1 || i % per_prompt == 0) {
             out->prompt_tokens += r->prompt_tokens;
             out->cached_tokens += r->cached_tokens;
         }
@@ -1859,6 +1967,10 @@ json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token 
             json_array_append_new(tokens, token_string(b, nb));
             json_array_append_new(lps, lp_number(t->logprob));
             json_array_append_new(offsets, json_integer((json_int_t)t->text_offset));
+            if (t->null_top) {
+                json_array_append_new(tops, json_null());
+                continue;
+            }
             json_t *alts = json_object();
             for (size_t k = 0; k < t->n_top && k < n_top; k++) {
                 size_t na;
@@ -1874,6 +1986,105 @@ json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token 
         }
         out = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
                         "top_logprobs", tops, "text_offset", offsets);
+    }
+    free(buf);
+    return out;
+}
+
+int api_echo_make(const vocab *voc, const int32_t *ids, size_t n, bool keep_special, api_echo *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->start = malloc((n + 1) * sizeof(size_t));
+    out->chars = malloc((n ? n : 1) * sizeof(size_t));
+    sbuf text = {0};
+    if (out->start == NULL || out->chars == NULL || sbuf_append(&text, "", 0) != 0) goto fail;
+    /* as textgen renders a reply: the same flags, one token at a time; a
+     * token's bytes start after every byte of the ones before it, those
+     * the stream holds back (a character not yet complete) included */
+    tok_stream st;
+    tok_stream_init(&st, voc, TOK_DETOK_REMOVE_SPECIAL | TOK_DETOK_STRIP_LEADING_SPACE |
+                                  (keep_special ? TOK_DETOK_SPECIAL : 0u));
+    for (size_t i = 0; i < n; i++) {
+        out->start[i] = text.len + st.n_pending;
+        const char *piece;
+        size_t n_piece;
+        if (tok_stream_push(&st, ids[i], &piece, &n_piece, NULL) != 0 ||
+            sbuf_append(&text, piece, n_piece) != 0) {
+            tok_stream_free(&st);
+            goto fail;
+        }
+    }
+    const char *rest;
+    size_t n_rest, n_incomplete;
+    if (tok_stream_finish(&st, &rest, &n_rest, &n_incomplete, NULL) != 0 ||
+        sbuf_append(&text, rest, n_rest) != 0) {
+        tok_stream_free(&st);
+        goto fail;
+    }
+    tok_stream_free(&st);
+    out->start[n] = text.len;
+    /* characters: the bytes that do not continue one (each stray byte is
+     * one U+FFFD in the JSON text) */
+    size_t chars = 0, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = out->start[i] < text.len ? out->start[i] : text.len;
+        for (; at < s; at++) chars += ((unsigned char)text.data[at] & 0xC0) != 0x80;
+        out->chars[i] = chars;
+    }
+    for (; at < text.len; at++) chars += ((unsigned char)text.data[at] & 0xC0) != 0x80;
+    out->n_chars = chars;
+    out->text = text.data;
+    out->n_text = text.len;
+    out->n = n;
+    return 0;
+fail:
+    sbuf_free(&text);
+    api_echo_free(out);
+    return -1;
+}
+
+void api_echo_free(api_echo *e)
+{
+    free(e->text);
+    free(e->start);
+    free(e->chars);
+    memset(e, 0, sizeof(*e));
+}
+
+json_t *api_prompt_logprobs(const api_env *env, const int32_t *ids, size_t n,
+                            const proto_logprob *plps, size_t n_top)
+{
+    char *buf = malloc(TOK_MAX_PIECE_BYTES);
+    json_t *out = json_array();
+    if (buf == NULL || out == NULL) {
+        free(buf);
+        json_decref(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const proto_logprob *lp = plps != NULL && i > 0 ? &plps[i] : NULL;
+        if (lp == NULL || !isfinite(lp->logprob)) {
+            json_array_append_new(out, json_null());
+            continue;
+        }
+        json_t *entry = json_object();
+        char key[16];
+        size_t nb;
+        const char *b = own_piece(env->voc, ids[i], buf, TOK_MAX_PIECE_BYTES, &nb);
+        snprintf(key, sizeof(key), "%d", ids[i]);
+        json_object_set_new(entry, key, json_pack("{s:o,s:I,s:o}", "logprob", lp_number(lp->logprob),
+                                                  "rank", (json_int_t)lp->rank, "decoded_token",
+                                                  token_string(b, nb)));
+        for (size_t k = 0; k < lp->n_top && k < n_top; k++) {
+            snprintf(key, sizeof(key), "%d", lp->top[k].token);
+            if (json_object_get(entry, key) != NULL) continue; /* the prompt's own token */
+            b = own_piece(env->voc, lp->top[k].token, buf, TOK_MAX_PIECE_BYTES, &nb);
+            json_object_set_new(entry, key, json_pack("{s:o,s:I,s:o}", "logprob",
+                                                      lp_number(lp->top[k].logprob), "rank",
+                                                      (json_int_t)(k + 1), "decoded_token",
+                                                      token_string(b, nb)));
+        }
+        json_array_append_new(out, entry);
     }
     free(buf);
     return out;
@@ -1917,6 +2128,12 @@ json_t *api_completion_body_n(const api_env *env, enum api_kind kind, uint64_t s
         if (kind == API_CHAT && ch[i].n_reasoning > 0) {
             json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
                                 api_text_json(ch[i].reasoning, ch[i].n_reasoning));
+        }
+        if (ch[i].prompt_logprobs != NULL) {
+            if (kind == API_CHAT && i == 0) json_object_set_new(j, "prompt_logprobs", ch[i].prompt_logprobs);
+            else if (kind == API_CHAT) json_decref(ch[i].prompt_logprobs);
+            else json_object_set_new(choice, "prompt_logprobs", ch[i].prompt_logprobs);
+            ch[i].prompt_logprobs = NULL;
         }
         if (n > 1) json_object_set_new(choice, "timings", api_timings(ch[i].res));
         json_array_append_new(choices, choice);

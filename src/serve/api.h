@@ -77,6 +77,8 @@ bool api_template_takes_system(const char *tmpl, const char *bos, const char *eo
  * request (OpenAI's limit). */
 #define API_MAX_CHOICES 16
 #define API_MAX_EMBED_INPUTS 2048
+/* The most engine requests of one completions request: prompts x `n`. */
+#define API_MAX_PROMPT_CHOICES 2048
 
 /* One embeddings input as token ids (malloc'd). */
 typedef struct api_input {
@@ -108,13 +110,23 @@ typedef struct api_gen {
                                        come out as their text */
     size_t truncate;                /* vLLM's truncate_prompt_tokens: the prompt's (each
                                        input's) last this many tokens; 0: all */
-    int32_t *prompt;                /* completions and chat; malloc'd */
+    int32_t *prompt;                /* completions and chat; malloc'd (completions with
+                                       several prompts: the first) */
     size_t n_prompt;
+    size_t n_prompts;               /* completions: the prompts of `prompt` (an array of
+                                       strings or of token id arrays); 1 otherwise */
+    api_input *more;                /* (n_prompts - 1) the ones after the first, malloc'd */
+    int64_t n_ctx;                  /* the context it was checked against (0: unknown):
+                                       each prompt's max_tokens is cut to its room */
     api_input *inputs;              /* embeddings: (n_inputs), malloc'd; prompt unused */
     size_t n_inputs;
     int64_t max_tokens;             /* -1: up to the context */
     proto_sampling sampling;        /* logit_bias malloc'd */
     int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
+    bool echo;                      /* completions' `echo`: the prompt's text (and, with
+                                       logprobs, its tokens') before the reply's */
+    int32_t prompt_logprobs;        /* vLLM's `prompt_logprobs`: -1 none; N >= 0: each
+                                       prompt token's logprob and the top N (not streamed) */
     bool base64;                    /* embeddings: `encoding_format` "base64" */
     bool no_cache;                  /* llama-server's `cache_prompt: false`: the engine's
                                        prefix cache is not used (protocol `cache` false) */
@@ -175,10 +187,16 @@ void api_gen_free(api_gen *g);
  * emb); g keeps the stops. For a request of one choice and one input. */
 void api_gen_move_to(api_gen *g, sreq *r);
 /* Copies into r what its engine request needs: for completions and chat,
- * choice i of g->n_choices (the prompt, limits and sampling, with a given
- * seed as seed + i, modulo 2^63, so each choice has its own stream); for
- * embeddings, inputs[i]. g is unchanged. 0, or STRATA_ENOMEM. */
+ * engine request i of api_gen_n_requests (prompt i / n_choices, choice
+ * i % n_choices: the prompt, limits and sampling, with a given seed as
+ * seed + the choice, modulo 2^63, so each choice of a prompt has its own
+ * stream and a prompt's are those it gets alone); for embeddings,
+ * inputs[i]. g is unchanged. 0, or STRATA_ENOMEM. */
 int api_gen_copy_to(const api_gen *g, size_t i, sreq *r);
+/* The engine requests g makes: n_prompts x n_choices, or n_inputs. */
+size_t api_gen_n_requests(const api_gen *g);
+/* Prompt p (< n_prompts) of g: *n ids. */
+const int32_t *api_gen_prompt(const api_gen *g, size_t p, size_t *n);
 
 /* A request's figures once it is terminal (read under its result_lock). */
 typedef struct api_result {
@@ -193,12 +211,13 @@ typedef struct api_result {
 } api_result;
 
 /* The figures of a request served as n engine requests (choices, or
- * embeddings inputs), into out: tokens and engine statistics summed; with
- * prompt_once (the choices of one prompt) prompt_tokens and cached_tokens
- * are the first's, as OpenAI counts a prompt once; queue_ms the longest
+ * embeddings inputs), into out: tokens and engine statistics summed;
+ * prompt_tokens and cached_tokens once per prompt, as OpenAI counts a
+ * prompt once: rs[k] is choice k % per_prompt of prompt k / per_prompt
+ * (per_prompt <= 1: every one is its own prompt); queue_ms the longest
  * wait; ttft_ms the first token of any; replica the one they share, else -1;
  * finish_reason the first's. n >= 1. */
-void api_result_sum(const api_result *rs, size_t n, bool prompt_once, api_result *out);
+void api_result_sum(const api_result *rs, size_t n, size_t per_prompt, api_result *out);
 
 /* The `timings` (milliseconds and per-second rates rounded to 3 decimals)
  * and `usage` objects. */
@@ -215,6 +234,8 @@ typedef struct api_lp_token {
     float logprob;       /* NAN: unknown (null) */
     const proto_top *top; /* (n_top) alternatives, most likely first; borrowed */
     size_t n_top;
+    bool null_top;       /* its alternatives are null, not a list (an echoed prompt's
+                            first token, which has no logprob) */
 } api_lp_token;
 
 /* The `logprobs` object of a choice for toks[0..n): for API_COMPLETION
@@ -224,6 +245,33 @@ typedef struct api_lp_token {
  * carries the raw bytes). n_top caps the alternatives shown. NULL on ENOMEM. */
 json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token *toks, size_t n,
                      size_t n_top);
+
+/* The prompt of an echo (`echo` true): its tokens' text as the reply's
+ * text is rendered (the prompt as given, wherever tokenization round
+ * trips), and where each token's bytes start in it. */
+typedef struct api_echo {
+    char *text;        /* malloc'd, NUL-terminated; may hold bytes that are not UTF-8 */
+    size_t n_text;
+    size_t *start;     /* (n + 1) token i's bytes are text[start[i], start[i+1]) */
+    size_t *chars;     /* (n) the character holding token i's first byte */
+    size_t n_chars;    /* characters of text */
+    size_t n;
+} api_echo;
+
+/* The echo of prompt ids[0..n) (keep_special: control tokens as their
+ * text, as skip_special_tokens false does for the reply). 0, or -1 out of
+ * memory or for an id the vocabulary lacks. */
+int api_echo_make(const vocab *voc, const int32_t *ids, size_t n, bool keep_special, api_echo *out);
+void api_echo_free(api_echo *e);
+
+/* vLLM's `prompt_logprobs` list for prompt ids[0..n): null for the first
+ * token, then per token an object keyed by token id: the prompt's token
+ * first, then the alternatives (the n_top most likely), each
+ * {"logprob", "rank", "decoded_token"}. plps (n entries; may be NULL)
+ * as the request stored them: an entry whose logprob is NAN never came
+ * (an ended request) and is null. NULL on ENOMEM. */
+json_t *api_prompt_logprobs(const api_env *env, const int32_t *ids, size_t n,
+                            const proto_logprob *plps, size_t n_top);
 
 /* One choice of a finished response. */
 typedef struct api_choice {
@@ -236,6 +284,9 @@ typedef struct api_choice {
     const char *reasoning; /* chat: `reasoning_content` when n_reasoning > 0 */
     size_t n_reasoning;
     json_t *logprobs;      /* stolen; NULL: null */
+    json_t *prompt_logprobs; /* stolen; NULL: none. Completions: the choice's
+                                `prompt_logprobs`; chat: the first choice's is the
+                                response's (vLLM's places) */
     const api_result *res; /* its finish_reason and figures */
 } api_choice;
 

@@ -176,6 +176,9 @@ typedef struct choice {
     bool tg_ready;
     size_t seen;        /* ids of r->toks taken */
     size_t lp_sent;     /* tokens whose logprobs went out (tg.toks[0..lp_sent)) */
+    size_t prompt;      /* which of the request's prompts it answers */
+    bool echo_lp_sent;  /* echo with logprobs: the prompt tokens' went out */
+    bool echo_sent;     /* streamed echo: the prompt's text went out */
     bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
     bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
     char fail_msg[600];
@@ -219,6 +222,7 @@ typedef struct gen_run {
     int failed_choice;   /* the first choice that ended in an error; -1: none */
     int32_t keep[GEN_MAX_KEEP]; /* control tokens detokenized as text (api_keep_markers) */
     size_t n_keep;
+    api_echo *echo;      /* g.echo: (g.n_prompts) each prompt's text, shared by its choices */
 } gen_run;
 
 /* Hands the choices not yet submitted to the pool, in order, as far as it
@@ -400,21 +404,39 @@ static int gen_error(gen_run *gr, api_error *e)
 /* The logprobs of a choice's tokens that became visible since the last call
  * (textgen.h), as the choice's `logprobs` object; NULL when the request did
  * not ask for them. With none new, an object with empty lists when `always`,
- * else NULL. */
-static json_t *take_logprobs(gen_run *gr, choice *c, bool always)
+ * else NULL. An echo's prompt tokens come first, once (the first with a
+ * null logprob and null alternatives, as OpenAI's), and the reply's text
+ * offsets count from the start of the echoed prompt; prompt_only: those
+ * alone (the streamed echo's chunk). */
+static json_t *take_logprobs(gen_run *gr, choice *c, bool always, bool prompt_only)
 {
     if (gr->g.logprobs < 0 || !c->tg_ready) return NULL;
-    size_t from = c->lp_sent, to = c->tg.n_visible;
-    if (from >= to && !always) return NULL;
-    size_t n = to > from ? to - from : 0;
+    size_t from = c->lp_sent, to = prompt_only ? from : c->tg.n_visible;
+    const api_echo *ec = gr->g.echo ? &gr->echo[c->prompt] : NULL;
+    size_t n_pre = ec != NULL && !c->echo_lp_sent ? ec->n : 0;
+    if (from >= to && n_pre == 0 && !always) return NULL;
+    size_t n_gen = to > from ? to - from : 0, n = n_pre + n_gen;
     api_lp_token *t = calloc(n ? n : 1, sizeof(*t));
     if (t == NULL) return NULL;
     sreq *r = c->r;
     /* The reader may grow r->lps meanwhile: copy the entries under the lock;
-     * their `top` arrays never change once stored and live as long as r. */
+     * their `top` arrays never change once stored and live as long as r
+     * (the prompt's all came before the first token, or the end). */
     pthread_mutex_lock(&r->result_lock);
-    for (size_t i = 0; i < n; i++) {
-        size_t k = from + i;
+    size_t n_ids;
+    const int32_t *ids = api_gen_prompt(&gr->g, c->prompt, &n_ids);
+    for (size_t i = 0; i < n_pre; i++) {
+        t[i].id = ids[i];
+        t[i].logprob = NAN;
+        t[i].null_top = i == 0;
+        if (r->plps != NULL && i > 0) {
+            t[i].logprob = r->plps[i].logprob;
+            t[i].top = r->plps[i].top;
+            t[i].n_top = r->plps[i].n_top;
+        }
+    }
+    for (size_t i = n_pre; i < n; i++) {
+        size_t k = from + i - n_pre;
         t[i].id = k < r->n_toks ? r->toks[k] : 0;
         t[i].logprob = NAN;
         if (r->lps != NULL && k < r->n_toks) {
@@ -424,13 +446,34 @@ static json_t *take_logprobs(gen_run *gr, choice *c, bool always)
         }
     }
     pthread_mutex_unlock(&r->result_lock);
-    for (size_t i = 0; i < n; i++) {
-        t[i].bytes = textgen_token_bytes(&c->tg, from + i, &t[i].n_bytes);
-        t[i].text_offset = c->tg.toks[from + i].char_start;
+    for (size_t i = 0; i < n_pre; i++) {
+        t[i].n_bytes = ec->start[i + 1] - ec->start[i];
+        t[i].bytes = ec->text + ec->start[i];
+        t[i].text_offset = ec->chars[i];
+    }
+    size_t shift = ec != NULL ? ec->n_chars : 0;
+    for (size_t i = n_pre; i < n; i++) {
+        size_t k = from + i - n_pre;
+        t[i].bytes = textgen_token_bytes(&c->tg, k, &t[i].n_bytes);
+        t[i].text_offset = shift + c->tg.toks[k].char_start;
     }
     json_t *j = api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
     free(t);
     c->lp_sent = to > from ? to : from;
+    c->echo_lp_sent = true;
+    return j;
+}
+
+/* vLLM's prompt_logprobs of a terminal choice (NULL when not asked). */
+static json_t *take_prompt_logprobs(gen_run *gr, choice *c)
+{
+    if (gr->g.prompt_logprobs < 0) return NULL;
+    sreq *r = c->r;
+    pthread_mutex_lock(&r->result_lock); /* terminal: nothing changes them now */
+    size_t n_ids;
+    const int32_t *ids = api_gen_prompt(&gr->g, c->prompt, &n_ids);
+    json_t *j = api_prompt_logprobs(&gr->env, ids, n_ids, r->plps, (size_t)gr->g.prompt_logprobs);
+    pthread_mutex_unlock(&r->result_lock);
     return j;
 }
 
@@ -444,7 +487,7 @@ static void total_result(gen_run *gr, api_result *out)
         return;
     }
     for (size_t i = 0; i < gr->n_ch; i++) rs[i] = gr->ch[i].res;
-    api_result_sum(rs, gr->n_ch, gr->g.kind != API_EMBEDDING, out);
+    api_result_sum(rs, gr->n_ch, gr->g.kind != API_EMBEDDING ? gr->g.n_choices : 1, out);
     free(rs);
 }
 
@@ -474,6 +517,8 @@ static void gen_run_free(gen_run *gr)
     }
     free(gr->ch);
     sreq_waker_release(gr->w);
+    for (size_t p = 0; gr->echo != NULL && p < gr->g.n_prompts; p++) api_echo_free(&gr->echo[p]);
+    free(gr->echo);
     api_gen_free(&gr->g);
     free(gr);
 }
@@ -484,8 +529,17 @@ static void gen_run_free(gen_run *gr)
 static int gen_run_prepare(gen_run *gr)
 {
     bool embed = gr->g.kind == API_EMBEDDING;
-    size_t n = embed ? gr->g.n_inputs : gr->g.n_choices;
+    size_t n = api_gen_n_requests(&gr->g);
     if (!embed) gr->n_keep = api_keep_markers(gr->s->cfg.voc, &gr->g, gr->keep, GEN_MAX_KEEP);
+    if (gr->g.echo) {
+        gr->echo = calloc(gr->g.n_prompts, sizeof(*gr->echo));
+        if (gr->echo == NULL) return -1;
+        for (size_t p = 0; p < gr->g.n_prompts; p++) {
+            size_t n_ids;
+            const int32_t *ids = api_gen_prompt(&gr->g, p, &n_ids);
+            if (api_echo_make(gr->s->cfg.voc, ids, n_ids, gr->g.keep_special, &gr->echo[p]) != 0) return -1;
+        }
+    }
     gr->w = sreq_waker_new();
     gr->ch = calloc(n ? n : 1, sizeof(*gr->ch));
     if (gr->w == NULL || gr->ch == NULL) return -1;
@@ -499,7 +553,10 @@ static int gen_run_prepare(gen_run *gr)
         if (api_gen_copy_to(&gr->g, i, c->r) != 0) return -1;
         if (embed) continue;
         strata_err err;
-        if (textgen_init(&c->tg, gr->s->cfg.voc, gr->g.prompt, gr->g.n_prompt,
+        c->prompt = i / gr->g.n_choices;
+        size_t n_ids;
+        const int32_t *ids = api_gen_prompt(&gr->g, c->prompt, &n_ids);
+        if (textgen_init(&c->tg, gr->s->cfg.voc, ids, n_ids,
                          (const char *const *)gr->g.stops, gr->g.n_stops, &err) != 0) {
             textgen_free(&c->tg);
             return -1;
@@ -664,7 +721,17 @@ static bool stream_produce(stream_st *st)
     bool failed = gen_error(gr, &e) != 0;
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
-        json_t *lp = take_logprobs(gr, c, false);
+        if (gr->g.echo && !c->echo_sent && !failed && (c->seen > 0 || c->ended)) {
+            /* the prompt first, once its logprobs are all in (they come
+             * before the first token) */
+            const api_echo *ec = &gr->echo[c->prompt];
+            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, ec->text,
+                                                     ec->n_text, NULL, c->first,
+                                                     take_logprobs(gr, c, false, true)));
+            c->first = false;
+            c->echo_sent = true;
+        }
+        json_t *lp = gr->g.echo && !c->echo_sent ? NULL : take_logprobs(gr, c, false, false);
         if ((gr->g.tool_calls || gr->g.reasoning != REASONING_NONE) && !failed) {
             stream_parsed_choice(st, i, lp);
             continue;
@@ -881,7 +948,11 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         api_result total;
         total_result(gr, &total);
         json_t *body = NULL;
-        if (kind == API_EMBEDDING) {
+        sbuf *echoed = NULL;
+        if (gr->g.echo) echoed = calloc(gr->n_ch, sizeof(*echoed));
+        if (gr->g.echo && echoed == NULL) {
+            /* out of memory: answered below */
+        } else if (kind == API_EMBEDDING) {
             api_vec *vecs = calloc(gr->n_ch, sizeof(*vecs));
             for (size_t i = 0; vecs != NULL && i < gr->n_ch; i++) {
                 /* terminal: the reader writes the vector no more */
@@ -896,6 +967,14 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
             api_choice *chs = calloc(gr->n_ch, sizeof(*chs));
             for (size_t i = 0; chs != NULL && i < gr->n_ch; i++) {
                 choice *ch = &gr->ch[i];
+                if (echoed != NULL) {
+                    /* the prompt's text, then the reply's */
+                    sbuf_append(&echoed[i], gr->echo[ch->prompt].text, gr->echo[ch->prompt].n_text);
+                    sbuf_append(&echoed[i], ch->text.data ? ch->text.data : "", ch->text.len);
+                    sbuf_free(&ch->text);
+                    ch->text = echoed[i];
+                    echoed[i] = (sbuf){0};
+                }
                 if (parse) choice_parse(gr, ch, ch->text.data, ch->text.len);
                 chs[i] = (api_choice){.text = ch->rp_ready ? ch->rp.content
                                               : ch->text.data ? ch->text.data : "",
@@ -903,12 +982,14 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
                                       .n_text = ch->rp_ready ? ch->rp.n_content : ch->text.len,
                                       .reasoning = ch->rp_ready ? ch->rp.reasoning : NULL,
                                       .n_reasoning = ch->rp_ready ? ch->rp.n_reasoning : 0,
-                                      .logprobs = take_logprobs(gr, ch, true),
+                                      .logprobs = take_logprobs(gr, ch, true, false),
+                                      .prompt_logprobs = take_prompt_logprobs(gr, ch),
                                       .res = &ch->res};
             }
             if (chs != NULL) body = api_completion_body_n(&gr->env, kind, serial, chs, gr->n_ch, &total);
             free(chs);
         }
+        free(echoed);
         LOG_INFO("request %llu: %s -> 200 (%s, %lld+%lld tokens, %zu engine request(s), replica %d)",
                  (unsigned long long)serial, endpoint, total.finish_reason,
                  (long long)total.prompt_tokens, (long long)total.completion_tokens, gr->n_ch,

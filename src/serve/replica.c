@@ -205,6 +205,11 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
             snprintf(why, why_cap, "more tokens for id %llu than it may have",
                      (unsigned long long)m->id);
             rc = HANDLE_FAULT;
+        } else if (m->op == WIRE_PLP &&
+                   !sreq_plp_fits(rep->slots[i], m->from, m->logprobs, m->n_tokens)) {
+            snprintf(why, why_cap, "prompt logprobs for id %llu that do not fit its prompt",
+                     (unsigned long long)m->id);
+            rc = HANDLE_FAULT;
         } else {
             r = rep->slots[i];
             if (m->op == WIRE_DONE || m->op == WIRE_ERR) {
@@ -222,6 +227,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
     if (r != NULL) {
         switch (m->op) {
         case WIRE_TOK: sreq_push_tokens_lp(r, m->tokens, m->logprobs, m->n_tokens); break;
+        case WIRE_PLP: sreq_push_prompt_lp(r, m->from, m->logprobs, m->n_tokens); break;
         case WIRE_EMB: sreq_set_vector(r, m->vec, m->n_vec); break;
         case WIRE_DONE:
             pthread_mutex_lock(&r->result_lock);

@@ -113,6 +113,8 @@ void sreq_release(sreq *r)
     free(r->emb.tokens);
     for (size_t i = 0; r->lps != NULL && i < r->n_toks; i++) free(r->lps[i].top);
     free(r->lps);
+    for (size_t i = 0; r->plps != NULL && i < r->gen.n_tokens; i++) free(r->plps[i].top);
+    free(r->plps);
     free(r->toks);
     free(r->vec);
     free(r->route_h);
@@ -123,6 +125,48 @@ void sreq_release(sreq *r)
 int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n)
 {
     return sreq_push_tokens_lp(r, ids, NULL, n);
+}
+
+bool sreq_plp_fits(const sreq *r, int64_t from, const proto_logprob *lps, size_t n)
+{
+    if (r->embed || !r->gen.prompt_logprobs || from < 1 || n == 0 ||
+        (uint64_t)from + n > r->gen.n_tokens) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (lps[i].token != r->gen.tokens[(size_t)from + i]) return false;
+    }
+    return true;
+}
+
+int sreq_push_prompt_lp(sreq *r, int64_t from, const proto_logprob *lps, size_t n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->result_lock);
+    if (r->finish == SREQ_FINISH_NONE) {
+        if (r->plps == NULL) {
+            r->plps = calloc(r->gen.n_tokens, sizeof(*r->plps));
+            if (r->plps == NULL) {
+                rc = -1;
+                goto out;
+            }
+            for (size_t i = 0; i < r->gen.n_tokens; i++) {
+                r->plps[i] = (proto_logprob){.token = r->gen.tokens[i], .logprob = NAN};
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            proto_logprob *d = &r->plps[(size_t)from + i];
+            free(d->top);
+            *d = lps[i];
+            d->top = lps[i].n_top ? malloc(lps[i].n_top * sizeof(proto_top)) : NULL;
+            if (d->top != NULL) memcpy(d->top, lps[i].top, lps[i].n_top * sizeof(proto_top));
+            else d->n_top = 0;
+        }
+    }
+out:
+    pthread_mutex_unlock(&r->result_lock);
+    waker_signal(r->waker);
+    return rc;
 }
 
 int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, size_t n)

@@ -81,6 +81,9 @@ typedef struct sreq {
     int32_t *toks;     /* every generated id so far, in order */
     size_t n_toks, cap_toks;
     proto_logprob *lps; /* gen.logprobs >= 0: one per id of toks (each `top` malloc'd); else NULL */
+    proto_logprob *plps; /* gen.prompt_logprobs: (gen.n_tokens), plps[i] prompt token i's
+                            (logprob NAN until it came; [0] never does; `top` malloc'd);
+                            NULL before the first `plp` */
     float *vec;        /* the embedding */
     size_t n_vec;
     enum sreq_finish finish;
@@ -109,6 +112,14 @@ int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n);
  * are copied when the request asked for logprobs (gen.logprobs >= 0), and
  * an id that came without one gets logprob NAN. */
 int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, size_t n);
+/* Stores prompt logprobs lps[0..n) of prompt positions from .. from+n-1
+ * (copied). The caller checked that r asked for them and that they name
+ * its prompt's tokens (sreq_plp_fits). */
+int sreq_push_prompt_lp(sreq *r, int64_t from, const proto_logprob *lps, size_t n);
+/* Whether a `plp` of n entries from prompt position `from` fits r: a gen
+ * that asked for prompt logprobs, positions 1 .. n_tokens-1, each entry
+ * naming the prompt's token there. */
+bool sreq_plp_fits(const sreq *r, int64_t from, const proto_logprob *lps, size_t n);
 /* Records the terminal outcome (once; later calls are ignored) and wakes the
  * waiter. stats may be NULL. For FINISH_ERROR, status/code/msg say why. */
 void sreq_finish_with(sreq *r, enum sreq_finish finish, const sreq_stats *stats, int status,

@@ -35,6 +35,12 @@ int wire_decode(const char *line, size_t len, wire_msg *m, strata_err *err)
         m->n_tokens = pm->u.tok.n_tokens;
         m->logprobs = pm->u.tok.logprobs;
         break;
+    case PROTO_OP_PLP:
+        m->op = WIRE_PLP;
+        m->from = pm->u.plp.from;
+        m->logprobs = pm->u.plp.logprobs;
+        m->n_tokens = pm->u.plp.n;
+        break;
     case PROTO_OP_EMB:
         m->op = WIRE_EMB;
         m->vec = pm->u.emb.vector;

@@ -19,6 +19,7 @@ enum wire_op {
     WIRE_DONE,
     WIRE_ERR,
     WIRE_PONG,
+    WIRE_PLP,
 };
 
 typedef struct wire_msg {
@@ -28,7 +29,9 @@ typedef struct wire_msg {
     proto_msg pm;            /* the decoded message; owns the arrays below */
     const int32_t *tokens;   /* tok */
     size_t n_tokens;
-    const proto_logprob *logprobs; /* tok: (n_tokens) when the engine sent them, else NULL */
+    const proto_logprob *logprobs; /* tok: (n_tokens) when the engine sent them, else NULL;
+                                      plp: (n_tokens) prompt logprobs from prompt position from */
+    int64_t from;            /* plp */
     const float *vec;        /* emb */
     size_t n_vec;
     enum sreq_finish finish; /* done */

@@ -2,12 +2,14 @@
  * each test program is one .c file): the model and vocabulary they use,
  * starting a server on a free port and waiting until it is ready, stopping
  * it (it must exit 0 by itself), killing one a failed test left behind,
- * scripting the fake engine's output, and posting a chat request. Include
+ * scripting the fake engine's output, posting a chat request, and a real
+ * server of stories260K with posts and gathered streams. Include
  * after <cmocka.h>. */
 #ifndef STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
 #define STRATA_TESTS_CONTRACTS_SERVE_TESTUTIL_H
 
 #include "http_client.h"
+#include "serve/textgen.h"
 #include "testdata.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
@@ -15,6 +17,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +129,112 @@ static inline json_t *st_post_chat(int port, const char *body)
     assert_non_null(j);
     http_response_free(&hr);
     return j;
+}
+
+/* --- a real server of stories260K (test_serve_logprobs.c, test_serve_echo.c) --- */
+
+typedef struct st_srv {
+    pid_t pid;
+    int port;
+    char log[512];
+} st_srv;
+
+/* `strata serve` with real engines, 1 replica x 2 slots. */
+static inline void st_real_start(st_srv *s)
+{
+    const char *dir = testdata_scratch_dir();
+    char port_file[512];
+    snprintf(port_file, sizeof(port_file), "%s/port-%d", dir, (int)getpid());
+    snprintf(s->log, sizeof(s->log), "%s/serve.log", dir);
+    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--replicas", "1", "--slots", "2",
+                          "-t", "1", "--port", "0", "--port-file", port_file, NULL};
+    s->port = st_spawn(argv, port_file, s->log, 1);
+    s->pid = g_live_pid;
+}
+
+static inline void st_real_stop(st_srv *s)
+{
+    st_stop(s->pid, s->log);
+}
+
+/* POSTs body; returns the parsed JSON (non-streamed) and the status. */
+static inline json_t *st_post(const st_srv *s, const char *path, const char *body, int *status)
+{
+    http_response hr;
+    assert_int_equal(http_do(s->port, "POST", path, body, NULL, &hr), 0);
+    *status = hr.status;
+    json_t *j = json_loads(hr.body, 0, NULL);
+    http_response_free(&hr);
+    assert_non_null(j);
+    return j;
+}
+
+/* A streamed answer gathered: its text and its chunks' logprobs, joined the
+ * way a client would (completion lists appended, chat content appended). */
+typedef struct st_gathered {
+    sbuf text;
+    json_t *lp; /* the joined object */
+    int n_chunks_with_lp;
+    bool done;
+} st_gathered;
+
+static inline void st_gather_stream(const st_srv *s, const char *path, const char *body, bool chat,
+                                    st_gathered *g)
+{
+    memset(g, 0, sizeof(*g));
+    http_response hr;
+    assert_int_equal(http_do(s->port, "POST", path, body, NULL, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    g->lp = chat ? json_pack("{s:[]}", "content")
+                 : json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                             "text_offset");
+    const char *p = hr.body;
+    while ((p = strstr(p, "data: ")) != NULL) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        assert_non_null(end);
+        if (strncmp(p, "[DONE]", 6) == 0) {
+            g->done = true;
+            break;
+        }
+        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+        assert_non_null(ev);
+        assert_null(json_object_get(ev, "error"));
+        json_t *choice = json_array_get(json_object_get(ev, "choices"), 0);
+        if (choice != NULL) {
+            json_t *t = chat ? json_object_get(json_object_get(choice, "delta"), "content")
+                             : json_object_get(choice, "text");
+            if (json_is_string(t)) sbuf_append(&g->text, json_string_value(t), json_string_length(t));
+            json_t *lp = json_object_get(choice, "logprobs");
+            if (json_is_object(lp)) {
+                g->n_chunks_with_lp++;
+                const char *key;
+                json_t *v;
+                json_object_foreach(lp, key, v) {
+                    json_t *into = json_object_get(g->lp, key);
+                    assert_non_null(into);
+                    json_array_extend(into, v);
+                }
+            }
+        }
+        json_decref(ev);
+        p = end;
+    }
+    http_response_free(&hr);
+    assert_true(g->done);
+}
+
+static inline void st_gathered_free(st_gathered *g)
+{
+    sbuf_free(&g->text);
+    json_decref(g->lp);
+}
+
+static inline int st_utf8_chars(const char *s, size_t n)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
 }
 
 /* Group setup and teardown: the model and its vocabulary. */

@@ -567,7 +567,7 @@ static void test_result_sum(void **state)
          .ttft_ms = 0.0, .replica = 1, .stats = {.prompt_n = 5, .predicted_n = 1}},
     };
     api_result t;
-    api_result_sum(rs, 3, true, &t);
+    api_result_sum(rs, 3, 3, &t);
     assert_int_equal(t.prompt_tokens, 5);
     assert_int_equal(t.cached_tokens, 2);
     assert_int_equal(t.completion_tokens, 11);
@@ -577,10 +577,15 @@ static void test_result_sum(void **state)
     assert_true(t.queue_ms == 3.0 && t.ttft_ms == 2.0);
     assert_int_equal(t.replica, -1);
     assert_string_equal(t.finish_reason, "stop");
-    api_result_sum(rs, 2, false, &t);
+    api_result_sum(rs, 2, 1, &t);
     assert_int_equal(t.prompt_tokens, 10);
     assert_int_equal(t.cached_tokens, 7);
-    assert_int_equal(t.replica, 0);
+    assert_int_equal(t.replica, 0);    /* two prompts of 2 choices each, the second's first alone: results 0
+     * and 2 count their prompts */
+    api_result_sum(rs, 3, 2, &t);
+    assert_int_equal(t.prompt_tokens, 10);
+    assert_int_equal(t.cached_tokens, 2);
+    assert_int_equal(t.completion_tokens, 11);
 }
 
 static char g_log[512];

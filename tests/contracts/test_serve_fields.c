@@ -111,7 +111,7 @@ static const field_case k_refused[] = {
     {'h', "reasoning_effort", "\"high\""},
     {'h', "verbosity", "\"low\""},
     {'c', "suffix", "\" the end\""},
-    {'c', "echo", "true"},
+    {'h', "echo", "true"}, /* completions implement it (test_serve_echo.c) */
     {'c', "best_of", "3"},
     {'e', "dimensions", "8"},
     {'c', "n_probs", "3"},
@@ -125,7 +125,6 @@ static const field_case k_refused[] = {
     {'c', "guided_whitespace_pattern", "\" *\""},
     {'c', "use_beam_search", "true"},
     {'c', "length_penalty", "0.5"},
-    {'c', "prompt_logprobs", "1"},
     {'h', "chat_template", "\"{{ messages }}\""},
     {'c', "logits_processors", "[\"x\"]"},
 };

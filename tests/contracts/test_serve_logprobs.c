@@ -463,120 +463,17 @@ static void test_visible_partial_character(void **state)
 
 /* --- through a real server --- */
 
-typedef struct srv {
-    pid_t pid;
-    int port;
-    char log[512];
-} srv;
-
-/* `strata serve` with real engines, 1 replica x 2 slots. */
-static void srv_start(srv *s)
-{
-    const char *dir = testdata_scratch_dir();
-    char port_file[512];
-    snprintf(port_file, sizeof(port_file), "%s/port-%d", dir, (int)getpid());
-    snprintf(s->log, sizeof(s->log), "%s/serve.log", dir);
-    const char *argv[] = {STRATA_BIN, "serve", "-m", g_model, "--replicas", "1", "--slots", "2",
-                          "-t", "1", "--port", "0", "--port-file", port_file, NULL};
-    s->port = st_spawn(argv, port_file, s->log, 1);
-    s->pid = g_live_pid;
-}
-
-static void srv_stop(srv *s)
-{
-    st_stop(s->pid, s->log);
-}
-
-/* POSTs body; returns the parsed JSON (non-streamed) and the status. */
-static json_t *post(const srv *s, const char *path, const char *body, int *status)
-{
-    http_response hr;
-    assert_int_equal(http_do(s->port, "POST", path, body, NULL, &hr), 0);
-    *status = hr.status;
-    json_t *j = json_loads(hr.body, 0, NULL);
-    http_response_free(&hr);
-    assert_non_null(j);
-    return j;
-}
-
-/* A streamed answer gathered: its text and its chunks' logprobs, joined the
- * way a client would (completion lists appended, chat content appended). */
-typedef struct gathered {
-    sbuf text;
-    json_t *lp; /* the joined object */
-    int n_chunks_with_lp;
-    bool done;
-} gathered;
-
-static void gather_stream(const srv *s, const char *path, const char *body, bool chat, gathered *g)
-{
-    memset(g, 0, sizeof(*g));
-    http_response hr;
-    assert_int_equal(http_do(s->port, "POST", path, body, NULL, &hr), 0);
-    assert_int_equal(hr.status, 200);
-    g->lp = chat ? json_pack("{s:[]}", "content")
-                 : json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
-                             "text_offset");
-    const char *p = hr.body;
-    while ((p = strstr(p, "data: ")) != NULL) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        assert_non_null(end);
-        if (strncmp(p, "[DONE]", 6) == 0) {
-            g->done = true;
-            break;
-        }
-        json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
-        assert_non_null(ev);
-        assert_null(json_object_get(ev, "error"));
-        json_t *choice = json_array_get(json_object_get(ev, "choices"), 0);
-        if (choice != NULL) {
-            json_t *t = chat ? json_object_get(json_object_get(choice, "delta"), "content")
-                             : json_object_get(choice, "text");
-            if (json_is_string(t)) sbuf_append(&g->text, json_string_value(t), json_string_length(t));
-            json_t *lp = json_object_get(choice, "logprobs");
-            if (json_is_object(lp)) {
-                g->n_chunks_with_lp++;
-                const char *key;
-                json_t *v;
-                json_object_foreach(lp, key, v) {
-                    json_t *into = json_object_get(g->lp, key);
-                    assert_non_null(into);
-                    json_array_extend(into, v);
-                }
-            }
-        }
-        json_decref(ev);
-        p = end;
-    }
-    http_response_free(&hr);
-    assert_true(g->done);
-}
-
-static void gathered_free(gathered *g)
-{
-    sbuf_free(&g->text);
-    json_decref(g->lp);
-}
-
-static int utf8_chars(const char *s, size_t n)
-{
-    int k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
-
 /* Completion logprobs of a greedy answer: the tokens spell the text, each
  * chosen token is its own most likely alternative, the offsets add up; the
  * stream carries exactly the same. */
-static void check_completion(const srv *s, const char *stop)
+static void check_completion(const st_srv *s, const char *stop)
 {
     char body[512];
     snprintf(body, sizeof(body),
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"logprobs\":3%s%s%s}",
              stop ? ",\"stop\":\"" : "", stop ? stop : "", stop ? "\"" : "");
     int status;
-    json_t *j = post(s, "/v1/completions", body, &status);
+    json_t *j = st_post(s, "/v1/completions", body, &status);
     assert_int_equal(status, 200);
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(choice, "text"));
@@ -593,7 +490,7 @@ static void check_completion(const srv *s, const char *stop)
         const char *tok = json_string_value(json_array_get(tokens, i));
         assert_non_null(tok);
         assert_int_equal(json_integer_value(json_array_get(offs, i)),
-                         utf8_chars(joined.data ? joined.data : "", joined.len));
+                         st_utf8_chars(joined.data ? joined.data : "", joined.len));
         if (i + 1 < n) sbuf_append(&all_but_last, tok, strlen(tok));
         sbuf_append(&joined, tok, strlen(tok));
         double v = json_real_value(json_array_get(lps, i));
@@ -624,23 +521,23 @@ static void check_completion(const srv *s, const char *stop)
     /* the same, streamed */
     char sbody[600];
     snprintf(sbody, sizeof(sbody), "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
-    gathered g;
-    gather_stream(s, "/v1/completions", sbody, false, &g);
+    st_gathered g;
+    st_gather_stream(s, "/v1/completions", sbody, false, &g);
     assert_string_equal(g.text.data ? g.text.data : "", text);
     assert_true(json_equal(g.lp, lp));
     assert_true(g.n_chunks_with_lp >= 1);
-    gathered_free(&g);
+    st_gathered_free(&g);
     sbuf_free(&joined);
     sbuf_free(&all_but_last);
     json_decref(j);
 }
 
-static void check_chat(const srv *s)
+static void check_chat(const st_srv *s)
 {
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],"
                        "\"max_tokens\":24,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}";
     int status;
-    json_t *j = post(s, "/v1/chat/completions", body, &status);
+    json_t *j = st_post(s, "/v1/chat/completions", body, &status);
     assert_int_equal(status, 200);
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(json_object_get(choice, "message"), "content"));
@@ -669,11 +566,11 @@ static void check_chat(const srv *s)
     assert_string_equal(joined.data, text);
     char sbody[600];
     snprintf(sbody, sizeof(sbody), "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
-    gathered g;
-    gather_stream(s, "/v1/chat/completions", sbody, true, &g);
+    st_gathered g;
+    st_gather_stream(s, "/v1/chat/completions", sbody, true, &g);
     assert_string_equal(g.text.data ? g.text.data : "", text);
     assert_true(json_equal(g.lp, json_object_get(choice, "logprobs")));
-    gathered_free(&g);
+    st_gathered_free(&g);
     sbuf_free(&joined);
     json_decref(j);
 }
@@ -681,29 +578,29 @@ static void check_chat(const srv *s)
 static void test_server_logprobs(void **state)
 {
     (void)state;
-    srv s;
-    srv_start(&s);
+    st_srv s;
+    st_real_start(&s);
     check_completion(&s, NULL);
     check_completion(&s, " was");
     check_completion(&s, "ere w"); /* inside " there" */
     check_chat(&s);
     /* asked for none: null */
     int status;
-    json_t *j = post(&s, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}", &status);
+    json_t *j = st_post(&s, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}", &status);
     assert_int_equal(status, 200);
     assert_true(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")));
     json_decref(j);
     /* out of range: 400 naming the parameter */
-    j = post(&s, "/v1/completions", "{\"prompt\":\"Once\",\"logprobs\":6}", &status);
+    j = st_post(&s, "/v1/completions", "{\"prompt\":\"Once\",\"logprobs\":6}", &status);
     assert_int_equal(status, 400);
     assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "`logprobs`"));
     json_decref(j);
-    j = post(&s, "/v1/chat/completions",
+    j = st_post(&s, "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"top_logprobs\":3}", &status);
     assert_int_equal(status, 400);
     assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "`top_logprobs`"));
     json_decref(j);
-    srv_stop(&s);
+    st_real_stop(&s);
 }
 
 ST_MODEL_TEST(test_parse_completion_logprobs)

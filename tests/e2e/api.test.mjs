@@ -307,6 +307,59 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     assert.equal(r.choices[0].text, (await greedy()).choices[0].text);
   });
 
+  test('echo with logprobs over batched token-id prompts: a continuation scored as evaluation harnesses do', async () => {
+    const tokenize = async (content, add_special) => (await (await server.fetch('/tokenize', {
+      method: 'POST', body: JSON.stringify({ content, add_special }),
+    })).json()).tokens;
+    // the continuation's tokens: those of context + continuation after the context's
+    const ctx = await tokenize(PROMPT, true);
+    const cont = (await greedy({ max_tokens: 6 })).choices[0].text;
+    const after = async (text) => {
+      const all = await tokenize(PROMPT + text, true);
+      assert.deepEqual(all.slice(0, ctx.length), ctx);
+      return all.slice(ctx.length);
+    };
+    const good = await after(cont);
+    const bad = await after(' the dog ate a big pie');
+    // as lm-evaluation-harness's local-completions: echo, logprobs 1, max_tokens 1
+    const r = await client.completions.create({
+      model: MODEL_NAME, prompt: [ctx.concat(good), ctx.concat(bad)], max_tokens: 1,
+      temperature: 0, echo: true, logprobs: 1,
+    });
+    assert.equal(r.choices.length, 2);
+    const score = (choice, n) => {
+      const lp = choice.logprobs;
+      assert.equal(lp.token_logprobs[0], null);
+      assert.equal(lp.top_logprobs[0], null);
+      assert.equal(lp.tokens.length, ctx.length + n + 1);
+      let sum = 0;
+      let greedyAll = true;
+      for (let i = ctx.length; i < ctx.length + n; i++) {
+        sum += lp.token_logprobs[i];
+        const [[top]] = Object.entries(lp.top_logprobs[i]).sort((a, b) => b[1] - a[1]);
+        greedyAll &&= top === lp.tokens[i];
+      }
+      return { sum, greedyAll };
+    };
+    const a = score(r.choices[0], good.length);
+    const b = score(r.choices[1], bad.length);
+    assert.ok(a.greedyAll, 'the greedy continuation is greedy');
+    assert.ok(!b.greedyAll);
+    assert.ok(a.sum > b.sum, `${a.sum} > ${b.sum}`);
+    assert.equal(r.choices[0].text, PROMPT + cont + r.choices[0].text.slice((PROMPT + cont).length));
+    // vLLM's prompt_logprobs gives the same numbers
+    const v = await client.completions.create({
+      model: MODEL_NAME, prompt: ctx.concat(good), max_tokens: 1, prompt_logprobs: 1,
+    });
+    const plp = v.choices[0].prompt_logprobs;
+    assert.equal(plp.length, ctx.length + good.length);
+    assert.equal(plp[0], null);
+    const all = ctx.concat(good);
+    for (let i = 1; i < plp.length; i++) {
+      assert.equal(plp[i][String(all[i])].logprob, r.choices[0].logprobs.token_logprobs[i]);
+    }
+  });
+
   test('embeddings: base64 (the client default) and float agree', async () => {
     const r = await client.embeddings.create({ model: MODEL_NAME, input: 'A cat sat on the mat.' });
     assert.equal(r.object, 'list');

@@ -107,6 +107,8 @@ static void check_engine_line(const api_gen *g, size_t i, bool embed)
     sreq *r = sreq_new(1, embed);
     check(r != NULL);
     check(api_gen_copy_to(g, i, r) == 0);
+    /* never past the context: its prompt and max_tokens fit */
+    check(embed || (r->gen.max_tokens >= 0 && (int64_t)r->gen.n_tokens + r->gen.max_tokens <= g->n_ctx));
     char *line = wire_encode_request(r, 7);
     check(line != NULL);
     size_t len = strlen(line);
@@ -158,9 +160,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_engine_line(&g, 0, true);
         if (g.n_inputs > 1) check_engine_line(&g, g.n_inputs - 1, true);
     } else {
-        check(g.n_prompt >= 1 && (int64_t)g.n_prompt < env.n_ctx);
-        check(ids_in_vocab(g.prompt, g.n_prompt));
-        check(g.max_tokens >= 0 && (int64_t)g.n_prompt + g.max_tokens <= env.n_ctx);
+        check(g.n_prompts >= 1 && api_gen_n_requests(&g) <= API_MAX_PROMPT_CHOICES);
+        check(kind == API_COMPLETION || g.n_prompts == 1);
+        for (size_t p = 0; p < g.n_prompts; p++) {
+            size_t n;
+            const int32_t *ids = api_gen_prompt(&g, p, &n);
+            check(n >= 1 && (int64_t)n < env.n_ctx);
+            check(ids_in_vocab(ids, n));
+        }
+        check(g.max_tokens >= 0);
         check(g.n_stops <= TEXTGEN_MAX_STOPS);
         /* a grammar the server compiled (a schema's, a regex's, a forced
          * call's, with a reasoning block in front) always parses */
@@ -170,7 +178,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check(grammar_parse(&gr, g.grammar, strlen(g.grammar), &gerr) == 0);
             grammar_free(gr);
         }
+        /* every choice of the first prompt, and the last request of a batch */
         for (size_t i = 0; i < g.n_choices; i++) check_engine_line(&g, i, false);
+        if (g.n_prompts > 1) check_engine_line(&g, api_gen_n_requests(&g) - 1, false);
     }
     api_gen_free(&g);
     return 0;
