@@ -450,19 +450,64 @@ static int parse_bad_words(json_t *o, const vocab *voc, api_gen *g, api_error *e
     return 0;
 }
 
+/* Appends a bias for token id (bias -INFINITY: banned). */
+static int add_bias(api_gen *g, int32_t id, float bias, api_error *e)
+{
+    proto_sampling *s = &g->sampling;
+    proto_bias *nb = realloc(s->logit_bias, (s->n_logit_bias + 1) * sizeof(*nb));
+    if (nb == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+    s->logit_bias = nb;
+    nb[s->n_logit_bias++] = (proto_bias){.token = id, .bias = bias};
+    return 0;
+}
+
+/* `logit_bias`: OpenAI's {"token id": bias in [-100, 100]}, or
+ * llama-server's [[token, bias], ...] whose token is an id or a text (each
+ * token of its tokenization gets the bias) and whose bias is a number in
+ * [-100, 100] or false (the token is never produced). */
 static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *e)
 {
     json_t *v = json_object_get(o, "logit_bias");
     if (v == NULL || json_is_null(v)) return 0;
-    if (!json_is_object(v)) return api_fail(e, 400, "invalid_type", "`logit_bias` must be an object");
-    size_t n = json_object_size(v);
-    if (n == 0) return 0;
-    proto_bias *b = calloc(n, sizeof(*b));
-    if (b == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-    g->sampling.logit_bias = b;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *pair = json_array_get(v, i), *t = json_array_get(pair, 0), *b = json_array_get(pair, 1);
+            bool ok_bias = json_is_false(b) || (json_is_number(b) && isfinite(json_number_value(b)) &&
+                                                fabs(json_number_value(b)) <= 100);
+            if (!json_is_array(pair) || json_array_size(pair) != 2 || !ok_bias ||
+                !(json_is_integer(t) || json_is_string(t))) {
+                return api_fail(e, 400, "invalid_value",
+                                "`logit_bias[%zu]` must be [token id or text, a number in [-100, 100] or false]", i);
+            }
+            float bias = json_is_false(b) ? -INFINITY : (float)json_number_value(b);
+            if (json_is_integer(t)) {
+                if (json_integer_value(t) < 0 || json_integer_value(t) >= vocab_n_tokens(voc)) {
+                    return api_fail(e, 400, "invalid_value", "`logit_bias[%zu][0]` is not a token id of this model", i);
+                }
+                if (add_bias(g, (int32_t)json_integer_value(t), bias, e) != 0) return -1;
+                continue;
+            }
+            int32_t *ids = NULL;
+            size_t n = 0;
+            strata_err err;
+            if (tok_tokenize_alloc(voc, json_string_value(t), json_string_length(t), false, true, &ids, &n, &err) != 0) {
+                return api_fail(e, 400, "invalid_value", "cannot tokenize `logit_bias[%zu][0]`: %s", i, err.msg);
+            }
+            for (size_t k = 0; k < n; k++) {
+                if (add_bias(g, ids[k], bias, e) != 0) {
+                    free(ids);
+                    return -1;
+                }
+            }
+            free(ids);
+        }
+        return 0;
+    }
+    if (!json_is_object(v)) {
+        return api_fail(e, 400, "invalid_type", "`logit_bias` must be an object or an array of [token, bias] pairs");
+    }
     const char *key;
     json_t *val;
-    size_t i = 0;
     json_object_foreach(v, key, val) {
         char *end;
         long id = strtol(key, &end, 10);
@@ -473,10 +518,7 @@ static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *
             fabs(json_number_value(val)) > 100) {
             return api_fail(e, 400, "invalid_value", "`logit_bias[%s]` must be a number in [-100, 100]", key);
         }
-        b[i].token = (int32_t)id;
-        b[i].bias = (float)json_number_value(val);
-        i++;
-        g->sampling.n_logit_bias = i;
+        if (add_bias(g, (int32_t)id, (float)json_number_value(val), e) != 0) return -1;
     }
     return 0;
 }
@@ -556,6 +598,13 @@ static int parse_ignore_eos(json_t *o, const vocab *voc, api_gen *g, api_error *
  * `top_logprobs` N in [0, 20], which needs it. */
 static int parse_logprobs(json_t *o, enum api_kind kind, api_gen *g, api_error *e)
 {
+    if (kind == API_NATIVE) {
+        /* llama-server's n_probs: each token's logprob and the top N */
+        int64_t n = 0;
+        if (get_int(o, "n_probs", 0, API_MAX_TOP_LOGPROBS_CHAT, &n, NULL, e) != 0) return -1;
+        if (n > 0) g->logprobs = (int32_t)n;
+        return 0;
+    }
     json_t *lp = json_object_get(o, "logprobs");
     if (kind == API_COMPLETION) {
         if (lp == NULL || json_is_null(lp) || json_is_false(lp)) return 0;
@@ -668,8 +717,12 @@ static bool inert_penalty_window(json_t *v, json_t *o)
     return true;
 }
 
-enum { K_CMPL = 1 << API_COMPLETION, K_CHAT = 1 << API_CHAT, K_EMB = 1 << API_EMBEDDING,
-       K_GEN = K_CMPL | K_CHAT };
+/* K_CMPL: the OpenAI completions endpoint and llama-server's /completion;
+ * K_OAI: the OpenAI endpoints that generate (what /completion implements
+ * of llama-server's own fields is refused there only). */
+enum { K_CMPL = (1 << API_COMPLETION) | (1 << API_NATIVE), K_CHAT = 1 << API_CHAT,
+       K_EMB = 1 << API_EMBEDDING, K_GEN = K_CMPL | K_CHAT,
+       K_OAI = (1 << API_COMPLETION) | (1 << API_CHAT), K_NAT = 1 << API_NATIVE };
 
 typedef struct unsupported_field {
     const char *name;
@@ -697,14 +750,16 @@ static const unsupported_field k_unsupported[] = {
     {"best_of", K_CMPL, inert_best_of, "`n`"},
     {"dimensions", K_EMB, NULL, NULL},
     /* llama-server */
-    {"n_probs", K_GEN, inert_zero, "0"},
+    {"n_probs", K_OAI, inert_zero, "0 (/completion takes it)"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
     {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
     {"t_max_predict_ms", K_GEN, inert_zero, "0"},
     {"post_sampling_probs", K_GEN, inert_false, "false"},
-    {"return_tokens", K_GEN, inert_false, "false"},
+    {"return_tokens", K_OAI, inert_false, "false (/completion takes it)"},
     {"embd_normalize", K_EMB, inert_two, "2 (Euclidean, what the engine does)"},
+    {"n_indent", K_NAT, inert_zero, "0"},
+    {"response_fields", K_NAT, inert_empty, "[]"},
     /* vLLM */
     {"guided_whitespace_pattern", K_GEN, NULL, NULL},
     {"use_beam_search", K_GEN, inert_false, "false"},
@@ -1136,17 +1191,6 @@ static int parse_msg_tool_calls(json_t *c, size_t i, api_error *e)
     return 0;
 }
 
-/* Token ids given by the client, checked against the vocab. */
-static int parse_ids(json_t *a, const char *what, const vocab *voc, api_gen *g, api_error *e)
-{
-    size_t n = json_array_size(a);
-    g->prompt = malloc((n ? n : 1) * sizeof(int32_t));
-    if (g->prompt == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-    if (read_ids(a, what, voc, g->prompt, e) != 0) return -1;
-    g->n_prompt = n;
-    return 0;
-}
-
 static int tokenize(const vocab *voc, const char *text, size_t len, bool add_special, api_gen *g,
                     api_error *e)
 {
@@ -1157,24 +1201,93 @@ static int tokenize(const vocab *voc, const char *text, size_t len, bool add_spe
     return 0;
 }
 
-/* /v1/completions `prompt`: a string, an array of token ids, or several
- * prompts, an array of strings or of token id arrays (OpenAI's forms; one
- * kind per request): the first into g->prompt, the rest into g->more. */
+/* One prompt: a string (tokenized with BOS), an array of token ids, or for
+ * llama-server's /completion (native) an array of ids and strings, whose
+ * strings are tokenized without BOS but for a first one, as llama-server
+ * does. */
+static int read_prompt(const api_env *env, json_t *v, const char *what, bool native, api_input *out,
+                       api_error *e)
+{
+    memset(out, 0, sizeof(*out));
+    strata_err err;
+    if (json_is_string(v)) {
+        if (tok_tokenize_alloc(env->voc, json_string_value(v), json_string_length(v), true, true, &out->ids,
+                               &out->n, &err) != 0) {
+            return api_fail(e, 400, "invalid_prompt", "cannot tokenize `%s`: %s", what, err.msg);
+        }
+        return 0;
+    }
+    size_t k = json_array_size(v);
+    if (k == 0) return api_fail(e, 400, "invalid_value", "`%s` is an empty array", what);
+    bool mixed = false;
+    for (size_t i = 0; i < k; i++) mixed = mixed || !json_is_integer(json_array_get(v, i));
+    if (!mixed || !native) {
+        out->ids = malloc(k * sizeof(int32_t));
+        if (out->ids == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
+        out->n = k;
+        return read_ids(v, what, env->voc, out->ids, e);
+    }
+    size_t cap = 0;
+    for (size_t i = 0; i < k; i++) {
+        json_t *t = json_array_get(v, i);
+        int32_t one, *ids = &one;
+        size_t n = 1;
+        if (json_is_string(t)) {
+            if (tok_tokenize_alloc(env->voc, json_string_value(t), json_string_length(t), i == 0, true, &ids, &n,
+                                   &err) != 0) {
+                return api_fail(e, 400, "invalid_prompt", "cannot tokenize `%s[%zu]`: %s", what, i, err.msg);
+            }
+        } else if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                   json_integer_value(t) >= vocab_n_tokens(env->voc)) {
+            return api_fail(e, 400, "invalid_value", "`%s[%zu]` is neither a token id of this model (0..%d) nor a string",
+                            what, i, vocab_n_tokens(env->voc) - 1);
+        } else {
+            one = (int32_t)json_integer_value(t);
+        }
+        if (out->n + n > cap) {
+            size_t nc = cap ? cap : 64;
+            while (nc < out->n + n) nc *= 2;
+            int32_t *g2 = realloc(out->ids, nc * sizeof(int32_t));
+            if (g2 == NULL) {
+                if (ids != &one) free(ids);
+                return api_fail(e, 500, "out_of_memory", "out of memory");
+            }
+            out->ids = g2;
+            cap = nc;
+        }
+        if (n > 0) memcpy(out->ids + out->n, ids, n * sizeof(int32_t));
+        out->n += n;
+        if (ids != &one) free(ids);
+    }
+    return 0;
+}
+
+/* `prompt`: a string, an array of token ids (for /completion also mixed
+ * with strings), or several prompts, an array of strings or of such arrays
+ * (OpenAI's forms, one kind per request on /v1/completions; llama-server's
+ * take both kinds at once): the first into g->prompt, the rest into
+ * g->more. */
 static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen *g, api_error *e)
 {
     json_t *p = json_object_get(o, key);
+    bool native = g->kind == API_NATIVE;
     g->n_prompts = 1;
-    if (json_is_string(p)) {
-        return tokenize(env->voc, json_string_value(p), json_string_length(p), true, g, e);
-    }
-    if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
-        return parse_ids(p, key, env->voc, g, e);
-    }
     if (p == NULL) return api_fail(e, 400, "missing_field", "`%s` is required", key);
-    const char *forms = "a string, an array of token ids, an array of strings or an array of "
-                        "arrays of token ids";
-    size_t k = json_array_size(p);
+    const char *forms = native ? "a string, an array of token ids and strings, or an array of those"
+                               : "a string, an array of token ids, an array of strings or an array of "
+                                 "arrays of token ids";
     json_t *first = json_array_get(p, 0);
+    api_input in;
+    if (json_is_string(p) || (json_is_array(p) && json_is_integer(first))) {
+        if (read_prompt(env, p, key, native, &in, e) != 0) {
+            free(in.ids);
+            return -1;
+        }
+        g->prompt = in.ids;
+        g->n_prompt = in.n;
+        return 0;
+    }
+    size_t k = json_array_size(p);
     if (k == 0 || (!json_is_string(first) && !json_is_array(first))) {
         return api_fail(e, 400, "invalid_type", "`%s` must be %s", key, forms);
     }
@@ -1190,27 +1303,13 @@ static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen 
         json_t *v = json_array_get(p, i);
         char what[48];
         snprintf(what, sizeof(what), "%s[%zu]", key, i);
-        if (json_is_string(first) ? !json_is_string(v) : !json_is_array(v)) {
+        bool same = json_is_string(first) ? json_is_string(v) : json_is_array(v);
+        if (!(json_is_string(v) || json_is_array(v)) || (!native && !same)) {
             return api_fail(e, 400, "invalid_type", "`%s` must be %s", key, forms);
         }
-        api_input in = {0};
-        if (json_is_array(v) && json_array_size(v) == 0) {
-            return api_fail(e, 400, "invalid_value", "`%s` is an empty array", what);
-        }
-        if (json_is_string(v)) {
-            strata_err err;
-            if (tok_tokenize_alloc(env->voc, json_string_value(v), json_string_length(v), true, true,
-                                   &in.ids, &in.n, &err) != 0) {
-                return api_fail(e, 400, "invalid_prompt", "cannot tokenize `%s`: %s", what, err.msg);
-            }
-        } else {
-            in.n = json_array_size(v);
-            in.ids = malloc(in.n * sizeof(int32_t));
-            if (in.ids == NULL) return api_fail(e, 500, "out_of_memory", "out of memory");
-            if (read_ids(v, what, env->voc, in.ids, e) != 0) {
-                free(in.ids);
-                return -1;
-            }
+        if (read_prompt(env, v, what, native, &in, e) != 0) {
+            free(in.ids);
+            return -1;
         }
         if (i == 0) {
             g->prompt = in.ids;
@@ -1688,7 +1787,10 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         int64_t n = 1, seed = -1, top_k = 0, n_predict = -1;
         bool had_seed = false, had_top_k = false;
         if ((rc = get_int(o, "n", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
+        /* llama-server's name for it */
+        if (kind == API_NATIVE && (rc = get_int(o, "n_cmpl", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
         g->n_choices = (size_t)n;
+        if (kind == API_NATIVE && (rc = get_bool(o, "return_tokens", &g->return_tokens, e)) != 0) goto out;
         if ((rc = parse_logprobs(o, kind, g, e)) != 0) goto out;
         /* llama-server's name for max_tokens; -1: no limit */
         if ((rc = get_int(o, "n_predict", -1, INT32_MAX, &n_predict, NULL, e)) != 0) goto out;
@@ -1989,6 +2091,136 @@ json_t *api_logprobs(const api_env *env, enum api_kind kind, const api_lp_token 
     }
     free(buf);
     return out;
+}
+
+/* {id, token, bytes, logprob} of one token of llama-server's probabilities. */
+static json_t *native_prob(int32_t id, const char *b, size_t nb, float logprob)
+{
+    return json_pack("{s:i,s:o,s:o,s:o}", "id", (int)id, "token", token_string(b, nb), "bytes",
+                     byte_array(b, nb), "logprob", lp_number(logprob));
+}
+
+json_t *api_native_probs(const api_env *env, const api_lp_token *toks, size_t n, size_t n_top)
+{
+    char *buf = malloc(TOK_MAX_PIECE_BYTES);
+    json_t *out = json_array();
+    if (buf == NULL || out == NULL) {
+        free(buf);
+        json_decref(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const api_lp_token *t = &toks[i];
+        size_t nb = t->n_bytes;
+        const char *b = nb > 0 ? t->bytes : own_piece(env->voc, t->id, buf, TOK_MAX_PIECE_BYTES, &nb);
+        json_t *entry = native_prob(t->id, b, nb, t->logprob); /* built before buf is reused */
+        json_t *alts = json_array();
+        for (size_t k = 0; k < t->n_top && k < n_top; k++) {
+            size_t na;
+            const char *a = own_piece(env->voc, t->top[k].token, buf, TOK_MAX_PIECE_BYTES, &na);
+            json_array_append_new(alts, native_prob(t->top[k].token, a, na, t->top[k].logprob));
+        }
+        json_object_set_new(entry, "top_logprobs", alts);
+        json_array_append_new(out, entry);
+    }
+    free(buf);
+    return out;
+}
+
+static json_t *id_array(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+json_t *api_native_chunk(size_t index, const char *text, size_t n_text, const int32_t *ids,
+                         size_t n_ids, int64_t predicted, int64_t evaluated, json_t *probs)
+{
+    json_t *j = json_pack("{s:I,s:o,s:o,s:b,s:i,s:I,s:I}", "index", (json_int_t)index, "content",
+                          api_text_json(text, n_text), "tokens", id_array(ids, n_ids), "stop", 0,
+                          "id_slot", -1, "tokens_predicted", (json_int_t)predicted,
+                          "tokens_evaluated", (json_int_t)evaluated);
+    if (probs != NULL) json_object_set_new(j, "completion_probabilities", probs);
+    return j;
+}
+
+/* The request's settings, as llama-server's generation_settings names them. */
+static json_t *native_settings(const api_env *env, const api_gen *g)
+{
+    const proto_sampling *p = &g->sampling;
+    json_t *stops = json_array();
+    for (size_t i = 0; i < g->n_stops; i++) json_array_append_new(stops, json_string(g->stops[i]));
+    json_t *breakers = json_array();
+    for (size_t i = 0; i < p->n_dry_breakers; i++) json_array_append_new(breakers, json_string(p->dry_breakers[i]));
+    json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f}",
+                          "n_ctx", (json_int_t)env->n_ctx, "temperature", (double)p->temperature,
+                          "dynatemp_range", (double)p->dynatemp_range, "dynatemp_exponent",
+                          (double)p->dynatemp_exponent, "top_k", p->top_k, "top_p", (double)p->top_p,
+                          "min_p", (double)p->min_p, "top_n_sigma", (double)p->top_n_sigma,
+                          "xtc_probability", (double)p->xtc_probability, "xtc_threshold",
+                          (double)p->xtc_threshold, "typical_p", (double)p->typical_p,
+                          "repeat_last_n", p->penalty_last_n, "repeat_penalty", (double)p->repeat_penalty,
+                          "presence_penalty", (double)p->presence_penalty, "frequency_penalty",
+                          (double)p->frequency_penalty);
+    json_t *k = json_pack("{s:f,s:f,s:i,s:i,s:o,s:i,s:f,s:f,s:o,s:I,s:I,s:b,s:i,s:s}", "dry_multiplier",
+                          (double)p->dry_multiplier, "dry_base", (double)p->dry_base, "dry_allowed_length",
+                          p->dry_allowed_length, "dry_penalty_last_n", p->dry_penalty_last_n,
+                          "dry_sequence_breakers", breakers, "mirostat", p->mirostat, "mirostat_tau",
+                          (double)p->mirostat_tau, "mirostat_eta", (double)p->mirostat_eta, "stop", stops,
+                          "max_tokens", (json_int_t)g->max_tokens, "n_predict", (json_int_t)g->max_tokens,
+                          "stream", g->stream, "n_probs", g->logprobs > 0 ? g->logprobs : 0, "grammar",
+                          g->grammar ? g->grammar : "");
+    json_object_update(j, k);
+    json_decref(k);
+    json_object_set_new(j, "seed", p->has_seed ? json_integer((json_int_t)p->seed) : json_integer(-1));
+    return j;
+}
+
+json_t *api_native_body(const api_env *env, const api_gen *g, size_t index, api_native_choice *c)
+{
+    const api_result *r = c->res;
+    const sreq_stats *st = &r->stats;
+    char *prompt = NULL;
+    size_t n_prompt = 0;
+    if (tok_detokenize_alloc(env->voc, c->prompt, c->n_prompt, TOK_DETOK_SPECIAL, &prompt, &n_prompt, NULL) != 0) {
+        prompt = NULL;
+        n_prompt = 0;
+    }
+    int64_t evaluated = st->prompt_n - st->cached_n;
+    double ppt = evaluated > 0 ? st->prompt_ms / (double)evaluated : 0.0;
+    double pps = st->prompt_ms > 0 ? (double)evaluated * 1000.0 / st->prompt_ms : 0.0;
+    double gpt = st->predicted_n > 0 ? st->predicted_ms / (double)st->predicted_n : 0.0;
+    double gps = st->predicted_ms > 0 ? (double)st->predicted_n * 1000.0 / st->predicted_ms : 0.0;
+    json_t *timings = json_pack("{s:I,s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)st->cached_n,
+                                "prompt_n", (json_int_t)evaluated, "prompt_ms", round3(st->prompt_ms),
+                                "prompt_per_token_ms", round3(ppt), "prompt_per_second", round3(pps),
+                                "predicted_n", (json_int_t)st->predicted_n, "predicted_ms",
+                                round3(st->predicted_ms), "predicted_per_token_ms", round3(gpt),
+                                "predicted_per_second", round3(gps));
+    /* Strata's own figures after llama-server's */
+    json_t *own = api_timings(r);
+    json_object_del(own, "prompt_n");
+    json_object_del(own, "prompt_ms");
+    json_object_del(own, "predicted_n");
+    json_object_del(own, "predicted_ms");
+    json_object_del(own, "predicted_per_second");
+    json_object_update(timings, own);
+    json_decref(own);
+    const char *text = c->text ? c->text : "";
+    json_t *j = json_pack("{s:I,s:o,s:o,s:i,s:b,s:s,s:I,s:I,s:o,s:o,s:b,s:b,s:s,s:s,s:I,s:o}", "index",
+                          (json_int_t)index, "content", api_text_json(text, c->n_text), "tokens",
+                          id_array(c->ids, c->n_ids), "id_slot", -1, "stop", 1, "model", env->model_name,
+                          "tokens_predicted", (json_int_t)r->completion_tokens, "tokens_evaluated",
+                          (json_int_t)r->prompt_tokens, "generation_settings", native_settings(env, g),
+                          "prompt", api_text_json(prompt, n_prompt), "has_new_line",
+                          memchr(text, '\n', c->n_text) != NULL, "truncated", 0, "stop_type",
+                          c->stop_type, "stopping_word", c->stopping_word ? c->stopping_word : "",
+                          "tokens_cached", (json_int_t)st->cached_n, "timings", timings);
+    free(prompt);
+    if (c->probs != NULL) json_object_set_new(j, "completion_probabilities", c->probs);
+    c->probs = NULL;
+    return j;
 }
 
 int api_echo_make(const vocab *voc, const int32_t *ids, size_t n, bool keep_special, api_echo *out)

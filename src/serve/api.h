@@ -46,7 +46,9 @@ char *api_error_body(const api_error *e);
 /* j printed with API_JSON_FLAGS, malloc'd; NULL for NULL or on ENOMEM. */
 char *api_dumps(const json_t *j);
 
-enum api_kind { API_COMPLETION, API_CHAT, API_EMBEDDING };
+/* API_NATIVE: llama-server's own POST /completion (its request fields, its
+ * response shape: api_native_body). */
+enum api_kind { API_COMPLETION, API_CHAT, API_EMBEDDING, API_NATIVE };
 
 /* What a handler needs to parse a request. */
 typedef struct api_env {
@@ -123,6 +125,7 @@ typedef struct api_gen {
     int64_t max_tokens;             /* -1: up to the context */
     proto_sampling sampling;        /* logit_bias malloc'd */
     int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
+    bool return_tokens;             /* native: llama-server's `return_tokens` */
     bool echo;                      /* completions' `echo`: the prompt's text (and, with
                                        logprobs, its tokens') before the reply's */
     int32_t prompt_logprobs;        /* vLLM's `prompt_logprobs`: -1 none; N >= 0: each
@@ -272,6 +275,36 @@ void api_echo_free(api_echo *e);
  * (an ended request) and is null. NULL on ENOMEM. */
 json_t *api_prompt_logprobs(const api_env *env, const int32_t *ids, size_t n,
                             const proto_logprob *plps, size_t n_top);
+
+/* llama-server's /completion (API_NATIVE). A finished choice: */
+typedef struct api_native_choice {
+    const char *text;           /* its content */
+    size_t n_text;
+    const int32_t *ids;         /* its token ids (`tokens`, with return_tokens) */
+    size_t n_ids;
+    json_t *probs;              /* `completion_probabilities` (stolen); NULL: none */
+    const api_result *res;
+    const char *stop_type;      /* "eos", "limit" or "word" */
+    const char *stopping_word;  /* the stop string that ended it, or "" */
+    const int32_t *prompt;      /* its prompt, shown as `prompt` with its special tokens */
+    size_t n_prompt;
+} api_native_choice;
+
+/* The response object of choice `index`: index, content, tokens, id_slot,
+ * stop true, model, tokens_predicted, tokens_evaluated,
+ * generation_settings (the request's), prompt, has_new_line, truncated,
+ * stop_type, stopping_word, tokens_cached, timings (llama-server's, then
+ * Strata's own figures) and completion_probabilities when asked. A request
+ * of several prompts or `n` answers an array of these. */
+json_t *api_native_body(const api_env *env, const api_gen *g, size_t index, api_native_choice *c);
+/* A streamed event of choice `index`: its new content, the ids whose text
+ * begins in it, stop false, the tokens so far and the prompt's, and
+ * probs (stolen; NULL: none). The last event is api_native_body's. */
+json_t *api_native_chunk(size_t index, const char *text, size_t n_text, const int32_t *ids,
+                         size_t n_ids, int64_t predicted, int64_t evaluated, json_t *probs);
+/* `completion_probabilities` of toks[0..n): per token {id, token, bytes,
+ * logprob, top_logprobs: [{id, token, bytes, logprob}]} (at most n_top). */
+json_t *api_native_probs(const api_env *env, const api_lp_token *toks, size_t n, size_t n_top);
 
 /* One choice of a finished response. */
 typedef struct api_choice {

@@ -179,6 +179,7 @@ typedef struct choice {
     size_t prompt;      /* which of the request's prompts it answers */
     bool echo_lp_sent;  /* echo with logprobs: the prompt tokens' went out */
     bool echo_sent;     /* streamed echo: the prompt's text went out */
+    size_t ids_sent;    /* streamed /completion: the ids of r->toks[0..ids_sent) went out */
     bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
     bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
     char fail_msg[600];
@@ -457,7 +458,8 @@ static json_t *take_logprobs(gen_run *gr, choice *c, bool always, bool prompt_on
         t[i].bytes = textgen_token_bytes(&c->tg, k, &t[i].n_bytes);
         t[i].text_offset = shift + c->tg.toks[k].char_start;
     }
-    json_t *j = api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
+    json_t *j = gr->g.kind == API_NATIVE ? api_native_probs(&gr->env, t, n, (size_t)gr->g.logprobs)
+                                         : api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
     free(t);
     c->lp_sent = to > from ? to : from;
     c->echo_lp_sent = true;
@@ -701,6 +703,68 @@ static void stream_parsed_choice(stream_st *st, size_t i, json_t *lp)
     c->reported = true;
 }
 
+/* Copies r->toks[from, to) (to capped at the ids r has) into a malloc'd
+ * array of *n; NULL when none (or out of memory). */
+static int32_t *copy_toks(sreq *r, size_t from, size_t to, size_t *n)
+{
+    pthread_mutex_lock(&r->result_lock);
+    if (to > r->n_toks) to = r->n_toks;
+    *n = to > from ? to - from : 0;
+    int32_t *ids = *n > 0 ? malloc(*n * sizeof(*ids)) : NULL;
+    if (ids != NULL) memcpy(ids, r->toks + from, *n * sizeof(*ids));
+    else *n = 0;
+    pthread_mutex_unlock(&r->result_lock);
+    return ids;
+}
+
+/* A finished choice as llama-server's /completion shows it (its ids with
+ * return_tokens, or streamed: those of the text not yet sent). */
+static json_t *native_body(gen_run *gr, choice *c, size_t index, bool streamed)
+{
+    size_t n_ids = 0, upto = c->tg.hit_stop ? c->tg.n_consumed : SIZE_MAX;
+    int32_t *ids = NULL;
+    if (gr->g.return_tokens && !streamed) ids = copy_toks(c->r, 0, upto, &n_ids);
+    size_t n_prompt;
+    const int32_t *prompt = api_gen_prompt(&gr->g, c->prompt, &n_prompt);
+    bool word = c->tg.hit_stop && c->tg.stop_hit >= 0;
+    api_native_choice nc = {
+        .text = streamed ? "" : c->text.data ? c->text.data : "", .n_text = streamed ? 0 : c->text.len,
+        .ids = ids, .n_ids = n_ids, .probs = streamed ? NULL : take_logprobs(gr, c, true, false),
+        .res = &c->res,
+        .stop_type = strcmp(c->res.finish_reason, "length") == 0 ? "limit" : word ? "word" : "eos",
+        .stopping_word = word ? gr->g.stops[c->tg.stop_hit] : "", .prompt = prompt, .n_prompt = n_prompt};
+    json_t *j = api_native_body(&gr->env, &gr->g, index, &nc);
+    json_decref(nc.probs);
+    free(ids);
+    return j;
+}
+
+/* One choice's events of a streamed /completion: its text as it comes,
+ * with the ids (and probabilities) of the tokens whose text begins there,
+ * then once it ends the whole response object with empty content. */
+static void stream_native_choice(stream_st *st, size_t i, bool failed)
+{
+    gen_run *gr = st->gr;
+    choice *c = &gr->ch[i];
+    json_t *lp = take_logprobs(gr, c, false, false);
+    size_t n_ids = 0;
+    int32_t *ids = copy_toks(c->r, c->ids_sent, c->tg.n_visible, &n_ids);
+    if (c->text.len > 0 || n_ids > 0 || lp != NULL) {
+        api_sse_event(&st->out, api_native_chunk(i, c->text.data, c->text.len, ids, n_ids,
+                                                 (int64_t)c->seen, (int64_t)c->r->gen.n_tokens, lp));
+        c->ids_sent += n_ids;
+    } else {
+        json_decref(lp);
+    }
+    free(ids);
+    c->text.len = 0;
+    if (c->text.data != NULL) c->text.data[0] = '\0';
+    if (c->ended && !c->reported && !failed) {
+        api_sse_event(&st->out, native_body(gr, c, i, true));
+        c->reported = true;
+    }
+}
+
 /* Produces the next SSE events into st->out; false when the client left.
  * Each choice's chunks carry its index, in the order its text comes; each
  * choice gets its finish chunk (with its own timings) when it ends. */
@@ -721,6 +785,10 @@ static bool stream_produce(stream_st *st)
     bool failed = gen_error(gr, &e) != 0;
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
+        if (gr->g.kind == API_NATIVE) {
+            stream_native_choice(st, i, failed);
+            continue;
+        }
         if (gr->g.echo && !c->echo_sent && !failed && (c->seen > 0 || c->ended)) {
             /* the prompt first, once its logprobs are all in (they come
              * before the first token) */
@@ -763,7 +831,7 @@ static bool stream_produce(stream_st *st)
     } else {
         api_result total;
         total_result(gr, &total);
-        if (gr->g.include_usage) {
+        if (gr->g.include_usage && gr->g.kind != API_NATIVE) {
             json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, 0, "", 0, NULL, false,
                                          NULL);
             json_object_set_new(u, "choices", json_array());
@@ -776,7 +844,8 @@ static bool stream_produce(stream_st *st)
                  (long long)total.prompt_tokens, (long long)total.completion_tokens, gr->n_ch,
                  total.replica);
     }
-    sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    /* (llama-server's /completion ends with its last object) */
+    if (gr->g.kind != API_NATIVE) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
     st->finished = true;
     return true;
 }
@@ -952,6 +1021,16 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         if (gr->g.echo) echoed = calloc(gr->n_ch, sizeof(*echoed));
         if (gr->g.echo && echoed == NULL) {
             /* out of memory: answered below */
+        } else if (kind == API_NATIVE) {
+            /* one object, or an array for several prompts or choices */
+            body = gr->n_ch == 1 ? native_body(gr, &gr->ch[0], 0, false) : json_array();
+            for (size_t i = 0; gr->n_ch > 1 && body != NULL && i < gr->n_ch; i++) {
+                json_t *one = native_body(gr, &gr->ch[i], i, false);
+                if (one == NULL || json_array_append_new(body, one) != 0) {
+                    json_decref(body);
+                    body = NULL;
+                }
+            }
         } else if (kind == API_EMBEDDING) {
             api_vec *vecs = calloc(gr->n_ch, sizeof(*vecs));
             for (size_t i = 0; vecs != NULL && i < gr->n_ch; i++) {
@@ -1147,7 +1226,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         } else if (n_announced > limit) {
             api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
             /* metrics keep the label's pointer: a literal, never MHD's url */
-            static const char *const labels[] = {"/v1/completions", "/v1/chat/completions",
+            static const char *const labels[] = {"/v1/completions", "/v1/chat/completions", "/completion",
                                                  "/v1/embeddings", "/tokenize", "/detokenize"};
             const char *label = "other";
             for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++) {
@@ -1173,7 +1252,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     /* The whole request is here. */
-    enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS };
+    enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS,
+           R_NATIVE };
     static const struct {
         const char *path, *method;
         int kind;
@@ -1181,6 +1261,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/v1/completions", "POST", R_CMPL}, {"/v1/chat/completions", "POST", R_CHAT},
                   {"/v1/embeddings", "POST", R_EMB},  {"/tokenize", "POST", R_TOK}, {"/detokenize", "POST", R_DETOK},
                   {"/slots", "GET", R_SLOTS}, {"/props", "GET", R_PROPS},
+                  {"/completion", "POST", R_NATIVE}, /* llama-server's own */
                   /* llama-server's paths without /v1 */
                   {"/models", "GET", R_MODELS}, {"/completions", "POST", R_CMPL},
                   {"/chat/completions", "POST", R_CHAT}, {"/embeddings", "POST", R_EMB},
@@ -1242,6 +1323,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return ret;
     }
     case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h);
+    case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h);
     case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h);
     case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
     case R_TOK: return handle_tokenize(s, c, h, false);

@@ -109,6 +109,7 @@ int textgen_init(textgen *tg, const vocab *v, const int32_t *prompt, size_t n_pr
                  const char *const *stops, size_t n_stops, strata_err *err)
 {
     memset(tg, 0, sizeof(*tg));
+    tg->stop_hit = -1;
     tg->v = v;
     for (size_t i = 0; i < n_stops && tg->n_stops < TEXTGEN_MAX_STOPS; i++) {
         if (stops[i] != NULL && stops[i][0] != '\0') tg->stops[tg->n_stops++] = stops[i];
@@ -135,10 +136,14 @@ static int release(textgen *tg, sbuf *out, bool final)
     const char *h = tg->held.data ? tg->held.data : "";
     size_t n = tg->held.len;
     size_t cut = n;  /* earliest full match */
+    int which = -1;
     bool may_stop = tg->n_consumed >= tg->min_tokens;
     for (size_t i = 0; i < tg->n_stops && may_stop; i++) {
         const char *m = n ? memmem(h, n, tg->stops[i], strlen(tg->stops[i])) : NULL;
-        if (m != NULL && (size_t)(m - h) < cut) cut = (size_t)(m - h);
+        if (m != NULL && (size_t)(m - h) < cut) {
+            cut = (size_t)(m - h);
+            which = (int)i;
+        }
     }
     if (cut < n) {
         if (tg->include_stop) { /* the matched stop string too (the earliest-ending one at cut) */
@@ -152,6 +157,7 @@ static int release(textgen *tg, sbuf *out, bool final)
             cut += longest;
         }
         tg->ended = tg->hit_stop = true;
+        tg->stop_hit = which;
         int rc = sbuf_append(out, h, cut);
         tg->released += cut;
         tg->held.len = 0;

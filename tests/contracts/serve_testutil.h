@@ -169,6 +169,15 @@ static inline json_t *st_post(const st_srv *s, const char *path, const char *bod
     return j;
 }
 
+/* The same for a 200 (anything else fails the test). */
+static inline json_t *st_post_ok(const st_srv *s, const char *path, const char *body)
+{
+    int status;
+    json_t *j = st_post(s, path, body, &status);
+    if (status != 200) fail_msg("%s: status %d: %s", body, status, json_dumps(j, 0));
+    return j;
+}
+
 /* A streamed answer gathered: its text and its chunks' logprobs, joined the
  * way a client would (completion lists appended, chat content appended). */
 typedef struct st_gathered {

@@ -421,6 +421,32 @@ static void test_ignore_eos(void **state)
     assert_int_equal(api_parse_gen(&env, API_COMPLETION, bad, strlen(bad), &g, &e), -1);
     assert_int_equal(e.status, 400);
     assert_non_null(strstr(e.message, "`ignore_eos`"));
+    /* llama-server's pairs: an id, or a text (each of its tokens), with a
+     * bias or false (banned); on /completion and the OpenAI endpoints */
+    int32_t once[8];
+    size_t n_once = 0;
+    assert_int_equal(tok_tokenize(g_voc, "Once upon", 9, false, false, once, 8, &n_once, NULL), 0);
+    assert_true(n_once == 2);
+    const char *pairs = "{\"prompt\":[1,2],\"logit_bias\":[[7,2],[\"Once upon\",false],[9,-1.5]]}";
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(api_parse_gen(&env, k ? API_NATIVE : API_COMPLETION, pairs, strlen(pairs), &g, &e), 0);
+        assert_int_equal(g.sampling.n_logit_bias, 4);
+        assert_int_equal(g.sampling.logit_bias[0].token, 7);
+        assert_true(g.sampling.logit_bias[0].bias == 2.0f);
+        for (size_t i = 0; i < 2; i++) {
+            assert_int_equal(g.sampling.logit_bias[1 + i].token, once[i]);
+            assert_true(isinf(g.sampling.logit_bias[1 + i].bias) && g.sampling.logit_bias[1 + i].bias < 0);
+        }
+        assert_true(g.sampling.logit_bias[3].bias == -1.5f);
+        api_gen_free(&g);
+    }
+    const char *bad_pairs[] = {"[[7]]", "[[7,\"x\"]]", "[[-1,1]]", "[[7,101]]", "[7]", "\"x\"", "[[7,true]]"};
+    for (size_t i = 0; i < sizeof(bad_pairs) / sizeof(bad_pairs[0]); i++) {
+        snprintf(body, sizeof(body), "{\"prompt\":[1,2],\"logit_bias\":%s}", bad_pairs[i]);
+        assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), -1);
+        assert_int_equal(e.status, 400);
+        assert_non_null(strstr(e.message, "`logit_bias"));
+    }
 }
 
 /* llama-server's repeat_last_n: the penalties' window (-1: the context);

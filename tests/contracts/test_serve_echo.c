@@ -31,14 +31,6 @@ static json_t *choice_of(json_t *j, size_t i)
     return json_array_get(json_object_get(j, "choices"), i);
 }
 
-static json_t *post_ok(const st_srv *s, const char *path, const char *body)
-{
-    int status;
-    json_t *j = st_post(s, path, body, &status);
-    if (status != 200) fail_msg("%s: status %d: %s", body, status, json_dumps(j, 0));
-    return j;
-}
-
 /* The 400 of body, whose message names `what`. */
 static void expect_400(const st_srv *s, const char *path, const char *body, const char *what)
 {
@@ -68,10 +60,10 @@ static void assert_tail_equal(json_t *lp, json_t *other, const char *key, size_t
 static void check_echo(const st_srv *s)
 {
     const char *prompt = "Once upon a time";
-    json_t *plain = post_ok(s, "/v1/completions",
+    json_t *plain = st_post_ok(s, "/v1/completions",
                             "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,"
                             "\"logprobs\":2}");
-    json_t *echo = post_ok(s, "/v1/completions",
+    json_t *echo = st_post_ok(s, "/v1/completions",
                            "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,"
                            "\"logprobs\":2,\"echo\":true}");
     const char *reply = json_string_value(json_object_get(choice_of(plain, 0), "text"));
@@ -119,7 +111,7 @@ static void check_echo(const st_srv *s)
     assert_int_equal(tok_tokenize(g_voc, want, strlen(want), true, false, ids, 64, &n_ids, NULL), 0);
     for (size_t i = 0; i < n_ids; i++) k += (size_t)snprintf(body + k, sizeof(body) - k, "%s%d", i ? "," : "", ids[i]);
     snprintf(body + k, sizeof(body) - k, "],\"max_tokens\":0,\"logprobs\":2,\"echo\":true}");
-    json_t *fed = post_ok(s, "/v1/completions", body);
+    json_t *fed = st_post_ok(s, "/v1/completions", body);
     json_t *flp = json_object_get(choice_of(fed, 0), "logprobs");
     assert_string_equal(json_string_value(json_object_get(choice_of(fed, 0), "text")), text);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(fed, "usage"), "completion_tokens")), 0);
@@ -149,7 +141,7 @@ static void check_echo(const st_srv *s)
     st_gathered_free(&g);
 
     /* without logprobs: the text only */
-    json_t *bare = post_ok(s, "/v1/completions",
+    json_t *bare = st_post_ok(s, "/v1/completions",
                            "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"echo\":true}");
     assert_string_equal(json_string_value(json_object_get(choice_of(bare, 0), "text")), text);
     assert_true(json_is_null(json_object_get(choice_of(bare, 0), "logprobs")));
@@ -165,10 +157,10 @@ static void check_echo(const st_srv *s)
  * logprob, rank and decoded_token; the same numbers as an echo's. */
 static void check_prompt_logprobs(const st_srv *s)
 {
-    json_t *echo = post_ok(s, "/v1/completions",
+    json_t *echo = st_post_ok(s, "/v1/completions",
                            "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":1,\"temperature\":0,"
                            "\"logprobs\":0,\"echo\":true}");
-    json_t *j = post_ok(s, "/v1/completions",
+    json_t *j = st_post_ok(s, "/v1/completions",
                         "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":1,\"temperature\":0,"
                         "\"prompt_logprobs\":3}");
     json_t *plp = json_object_get(choice_of(j, 0), "prompt_logprobs");
@@ -216,7 +208,7 @@ static void check_prompt_logprobs(const st_srv *s)
     json_decref(echo);
 
     /* chat: at the top of the response, the token's own only */
-    j = post_ok(s, "/v1/chat/completions",
+    j = st_post_ok(s, "/v1/chat/completions",
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,"
                 "\"prompt_logprobs\":0}");
     plp = json_object_get(j, "prompt_logprobs");
@@ -238,7 +230,7 @@ static void check_prompt_logprobs(const st_srv *s)
  * what the prompt gets alone (seeded: the seed goes with the choice). */
 static void check_batch(const st_srv *s)
 {
-    json_t *j = post_ok(s, "/v1/completions",
+    json_t *j = st_post_ok(s, "/v1/completions",
                         "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"n\":2,\"max_tokens\":8,"
                         "\"temperature\":0.8,\"seed\":5,\"echo\":true,\"logprobs\":1}");
     const char *prompts[] = {"Once upon a time", "The cat"};
@@ -250,7 +242,7 @@ static void check_batch(const st_srv *s)
                  "{\"prompt\":\"%s\",\"n\":2,\"max_tokens\":8,\"temperature\":0.8,\"seed\":5,"
                  "\"echo\":true,\"logprobs\":1}",
                  prompts[p]);
-        json_t *alone = post_ok(s, "/v1/completions", body);
+        json_t *alone = st_post_ok(s, "/v1/completions", body);
         prompt_tokens += json_integer_value(json_object_get(json_object_get(alone, "usage"), "prompt_tokens"));
         for (size_t c = 0; c < 2; c++) {
             json_t *a = choice_of(j, p * 2 + c), *b = choice_of(alone, c);
@@ -266,7 +258,7 @@ static void check_batch(const st_srv *s)
     json_decref(j);
 
     /* token id arrays (what harnesses send), one and several; streamed */
-    j = post_ok(s, "/v1/completions",
+    j = st_post_ok(s, "/v1/completions",
                 "{\"prompt\":[[1,403,407],[1,403,407,261]],\"max_tokens\":0,\"echo\":true,\"logprobs\":0}");
     assert_string_equal(json_string_value(json_object_get(choice_of(j, 0), "text")), "Once upon");
     assert_string_equal(json_string_value(json_object_get(choice_of(j, 1), "text")), "Once upon a");
@@ -276,7 +268,7 @@ static void check_batch(const st_srv *s)
     assert_int_equal(json_array_size(l1), 4);
     for (size_t i = 0; i < 3; i++) assert_true(json_equal(json_array_get(l0, i), json_array_get(l1, i)));
     json_decref(j);
-    j = post_ok(s, "/v1/completions", "{\"prompt\":[[1,403,407]],\"max_tokens\":2,\"temperature\":0}");
+    j = st_post_ok(s, "/v1/completions", "{\"prompt\":[[1,403,407]],\"max_tokens\":2,\"temperature\":0}");
     assert_int_equal(json_array_size(json_object_get(j, "choices")), 1);
     json_decref(j);
     http_response hr;

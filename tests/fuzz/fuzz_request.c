@@ -127,6 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1) return 0;
     static const enum api_kind kinds[4] = {API_COMPLETION, API_CHAT, API_EMBEDDING, API_CHAT};
     enum api_kind kind = kinds[data[0] & 3];
+    if (kind == API_COMPLETION && (data[0] & 16)) kind = API_NATIVE; /* llama-server's /completion */
     api_env env = {
         .voc = g_voc,
         .chat_template = (data[0] & 8) ? g_template : NULL,
@@ -161,7 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (g.n_inputs > 1) check_engine_line(&g, g.n_inputs - 1, true);
     } else {
         check(g.n_prompts >= 1 && api_gen_n_requests(&g) <= API_MAX_PROMPT_CHOICES);
-        check(kind == API_COMPLETION || g.n_prompts == 1);
+        check(kind == API_COMPLETION || kind == API_NATIVE || g.n_prompts == 1);
         for (size_t p = 0; p < g.n_prompts; p++) {
             size_t n;
             const int32_t *ids = api_gen_prompt(&g, p, &n);
