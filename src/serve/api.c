@@ -49,12 +49,40 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail)
     return n;
 }
 
+/* Where no valid sequence starts at s (utf8_seq_len 0): the length of its
+ * maximal subpart, the longest start of a valid sequence there (1 for a
+ * byte no sequence starts with): Unicode's "maximal subpart" practice,
+ * which Python's and Hugging Face's decode(errors="replace") and
+ * llama-server's JSON writer follow. */
+static size_t utf8_bad_len(const unsigned char *s, size_t avail)
+{
+    unsigned c = s[0];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 1;
+    }
+    if (avail < 2 || s[1] < lo || s[1] > hi) return 1;
+    size_t k = 2;
+    while (k < n && k < avail && s[k] >= 0x80 && s[k] <= 0xBF) k++;
+    return k;
+}
+
 json_t *api_text_json(const char *s, size_t n)
 {
     json_t *j = json_stringn(s != NULL ? s : "", s != NULL ? n : 0);
     if (j != NULL || s == NULL) return j;
-    /* not UTF-8: each byte that does not start a whole valid sequence
-     * within the text becomes U+FFFD (3 bytes), so the copy is at most 3n */
+    /* not UTF-8: each maximal subpart that is no whole valid sequence
+     * becomes one U+FFFD (3 bytes), so the copy is at most 3n */
     char *buf = malloc(3 * n + 1);
     if (buf == NULL) return NULL;
     size_t k = 0;
@@ -63,7 +91,7 @@ json_t *api_text_json(const char *s, size_t n)
         if (len == 0) {
             memcpy(buf + k, "\xEF\xBF\xBD", 3);
             k += 3;
-            i++;
+            i += utf8_bad_len((const unsigned char *)s + i, n - i);
         } else {
             memcpy(buf + k, s + i, len);
             k += len;
@@ -598,7 +626,7 @@ static int parse_ignore_eos(json_t *o, const vocab *voc, api_gen *g, api_error *
  * `top_logprobs` N in [0, 20], which needs it. */
 static int parse_logprobs(json_t *o, enum api_kind kind, api_gen *g, api_error *e)
 {
-    if (kind == API_NATIVE) {
+    if (api_is_native(kind)) {
         /* llama-server's n_probs: each token's logprob and the top N */
         int64_t n = 0;
         if (get_int(o, "n_probs", 0, API_MAX_TOP_LOGPROBS_CHAT, &n, NULL, e) != 0) return -1;
@@ -720,9 +748,9 @@ static bool inert_penalty_window(json_t *v, json_t *o)
 /* K_CMPL: the OpenAI completions endpoint and llama-server's /completion;
  * K_OAI: the OpenAI endpoints that generate (what /completion implements
  * of llama-server's own fields is refused there only). */
-enum { K_CMPL = (1 << API_COMPLETION) | (1 << API_NATIVE), K_CHAT = 1 << API_CHAT,
+enum { K_CMPL = (1 << API_COMPLETION) | (1 << API_NATIVE) | (1 << API_INFILL), K_CHAT = 1 << API_CHAT,
        K_EMB = 1 << API_EMBEDDING, K_GEN = K_CMPL | K_CHAT,
-       K_OAI = (1 << API_COMPLETION) | (1 << API_CHAT), K_NAT = 1 << API_NATIVE };
+       K_OAI = (1 << API_COMPLETION) | (1 << API_CHAT), K_NAT = (1 << API_NATIVE) | (1 << API_INFILL) };
 
 typedef struct unsupported_field {
     const char *name;
@@ -1270,7 +1298,7 @@ static int read_prompt(const api_env *env, json_t *v, const char *what, bool nat
 static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen *g, api_error *e)
 {
     json_t *p = json_object_get(o, key);
-    bool native = g->kind == API_NATIVE;
+    bool native = api_is_native(g->kind);
     g->n_prompts = 1;
     if (p == NULL) return api_fail(e, 400, "missing_field", "`%s` is required", key);
     const char *forms = native ? "a string, an array of token ids and strings, or an array of those"
@@ -1319,6 +1347,169 @@ static int parse_prompt(const api_env *env, json_t *o, const char *key, api_gen 
         }
     }
     return 0;
+}
+
+/* Appends ids[0..n) to *a (of *n_a, capacity *cap). -1: out of memory. */
+static int ids_append(int32_t **a, size_t *n_a, size_t *cap, const int32_t *ids, size_t n)
+{
+    if (*n_a + n > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *n_a + n) c *= 2;
+        int32_t *p = realloc(*a, c * sizeof(int32_t));
+        if (p == NULL) return -1;
+        *a = p;
+        *cap = c;
+    }
+    if (n > 0) memcpy(*a + *n_a, ids, n * sizeof(int32_t));
+    *n_a += n;
+    return 0;
+}
+
+int api_infill_tokens(const vocab *v, const int32_t *extra, size_t n_extra, const int32_t *prefix,
+                      size_t n_prefix, const int32_t *suffix, size_t n_suffix, const int32_t *prompt,
+                      size_t n_prompt, int64_t n_ctx, int64_t n_predict, int32_t **out, size_t *n)
+{
+    const vocab_special *sp = vocab_specials(v);
+    const int64_t n_batch = 2048; /* llama-server's default batch: its budgets' unit */
+    size_t pre_take = n_prefix < (size_t)(3 * (n_batch / 4)) ? n_prefix : (size_t)(3 * (n_batch / 4));
+    int64_t suf_room = n_batch / 4 - (2 + (int64_t)n_prompt);
+    size_t suf_take = suf_room <= 0 ? 0 : n_suffix < (size_t)suf_room ? n_suffix : (size_t)suf_room;
+    int64_t extra_room = n_ctx - n_batch - 2 * n_predict;
+    size_t extra_take = extra_room <= 0 ? 0 : n_extra < (size_t)extra_room ? n_extra : (size_t)extra_room;
+    int32_t *a = NULL;
+    size_t n_a = 0, cap = 0;
+    int32_t bos = sp->bos, pre = sp->fim_pre, suf = sp->fim_suf, mid = sp->fim_mid;
+    int rc = ids_append(&a, &n_a, &cap, extra + (n_extra - extra_take), extra_take);
+    if (rc == 0 && vocab_adds_bos(v) && bos >= 0) rc = ids_append(&a, &n_a, &cap, &bos, 1);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, &pre, 1);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, prefix + (n_prefix - pre_take), pre_take);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, prompt, n_prompt);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, &suf, 1);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, suffix, suf_take);
+    if (rc == 0) rc = ids_append(&a, &n_a, &cap, &mid, 1);
+    if (rc != 0) {
+        free(a);
+        return -1;
+    }
+    *out = a;
+    *n = n_a;
+    return 0;
+}
+
+/* Text tokenized as llama-server tokenizes /infill's parts: no BOS, and
+ * special-token texts as plain text; appended to *a. */
+static int tokenize_part(const vocab *v, const char *text, size_t len, int32_t **a, size_t *n_a,
+                         size_t *cap, const char *what, api_error *e)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    strata_err err;
+    if (tok_tokenize_alloc(v, text, len, false, false, &ids, &n, &err) != 0) {
+        return api_fail(e, 400, "invalid_prompt", "cannot tokenize %s: %s", what, err.msg);
+    }
+    int rc = ids_append(a, n_a, cap, ids, n);
+    free(ids);
+    return rc == 0 ? 0 : api_fail(e, 500, "out_of_memory", "out of memory");
+}
+
+/* llama-server's /infill: input_prefix, input_suffix (strings), input_extra
+ * ([{"filename", "text"}]) and prompt (text after the prefix, or ids)
+ * into g->prompt by api_infill_tokens. 501 for a model without
+ * fill-in-the-middle tokens. */
+static int parse_infill(const api_env *env, json_t *o, api_gen *g, api_error *e)
+{
+    const vocab *v = env->voc;
+    const vocab_special *sp = vocab_specials(v);
+    g->n_prompts = 1;
+    if (sp->fim_pre < 0 || sp->fim_suf < 0 || sp->fim_mid < 0) {
+        return api_fail(e, 501, "not_supported",
+                        "this model has no fill-in-the-middle tokens (prefix, suffix and middle): /infill needs a "
+                        "code model that has them");
+    }
+    const char *keys[2] = {"input_prefix", "input_suffix"};
+    int32_t *parts[2] = {NULL, NULL}, *extra = NULL, *prompt = NULL;
+    size_t n_parts[2] = {0, 0}, caps[2] = {0, 0}, n_extra = 0, cap_extra = 0, n_prompt = 0;
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        json_t *t = json_object_get(o, keys[i]);
+        if (t == NULL || json_is_null(t)) continue;
+        if (!json_is_string(t)) {
+            rc = api_fail(e, 400, "invalid_type", "`%s` must be a string", keys[i]);
+            break;
+        }
+        char what[32];
+        snprintf(what, sizeof(what), "`%s`", keys[i]);
+        rc = tokenize_part(v, json_string_value(t), json_string_length(t), &parts[i], &n_parts[i], &caps[i],
+                           what, e);
+    }
+    json_t *x = json_object_get(o, "input_extra");
+    if (rc == 0 && x != NULL && !json_is_null(x) && !json_is_array(x)) {
+        rc = api_fail(e, 400, "invalid_type", "`input_extra` must be an array of {\"filename\", \"text\"}");
+    }
+    if (rc == 0 && sp->fim_rep >= 0) {
+        rc = ids_append(&extra, &n_extra, &cap_extra, &sp->fim_rep, 1) == 0
+                 ? tokenize_part(v, "myproject\n", 10, &extra, &n_extra, &cap_extra, "the repository", e)
+                 : api_fail(e, 500, "out_of_memory", "out of memory");
+    }
+    for (size_t i = 0; rc == 0 && i < json_array_size(x); i++) {
+        json_t *c = json_array_get(x, i), *text = json_object_get(c, "text"), *file = json_object_get(c, "filename");
+        if (!json_is_object(c) || !(text == NULL || json_is_string(text)) || !(file == NULL || json_is_string(file))) {
+            rc = api_fail(e, 400, "invalid_type", "`input_extra[%zu]` must be {\"filename\": string, \"text\": string}",
+                          i);
+            break;
+        }
+        char what[48];
+        snprintf(what, sizeof(what), "`input_extra[%zu]`", i);
+        if (sp->fim_sep >= 0) {
+            const char *name = file ? json_string_value(file) : "tmp";
+            size_t len = file ? json_string_length(file) : 3;
+            char *line = malloc(len + 2);
+            if (line == NULL || ids_append(&extra, &n_extra, &cap_extra, &sp->fim_sep, 1) != 0) {
+                free(line);
+                rc = api_fail(e, 500, "out_of_memory", "out of memory");
+                break;
+            }
+            memcpy(line, name, len);
+            line[len] = '\n';
+            rc = tokenize_part(v, line, len + 1, &extra, &n_extra, &cap_extra, what, e);
+            free(line);
+        } else {
+            rc = tokenize_part(v, "\n\n--- snippet ---\n\n", 19, &extra, &n_extra, &cap_extra, what, e);
+        }
+        if (rc == 0 && text != NULL) {
+            rc = tokenize_part(v, json_string_value(text), json_string_length(text), &extra, &n_extra, &cap_extra,
+                               what, e);
+        }
+    }
+    if (rc == 0 && sp->fim_sep >= 0) {
+        rc = ids_append(&extra, &n_extra, &cap_extra, &sp->fim_sep, 1) == 0
+                 ? tokenize_part(v, "filename\n", 9, &extra, &n_extra, &cap_extra, "the file name", e)
+                 : api_fail(e, 500, "out_of_memory", "out of memory");
+    }
+    /* the prompt: text (special tokens parsed, no BOS) or ids */
+    json_t *p = json_object_get(o, "prompt");
+    if (rc == 0 && json_is_string(p)) {
+        strata_err err;
+        if (tok_tokenize_alloc(v, json_string_value(p), json_string_length(p), false, true, &prompt, &n_prompt,
+                               &err) != 0) {
+            rc = api_fail(e, 400, "invalid_prompt", "cannot tokenize `prompt`: %s", err.msg);
+        }
+    } else if (rc == 0 && json_is_array(p) && json_array_size(p) > 0) {
+        n_prompt = json_array_size(p);
+        prompt = malloc(n_prompt * sizeof(int32_t));
+        rc = prompt == NULL ? api_fail(e, 500, "out_of_memory", "out of memory") : read_ids(p, "prompt", v, prompt, e);
+    } else if (rc == 0 && p != NULL && !json_is_null(p) && !(json_is_array(p) && json_array_size(p) == 0)) {
+        rc = api_fail(e, 400, "invalid_type", "`prompt` must be a string or an array of token ids");
+    }
+    if (rc == 0 && api_infill_tokens(v, extra, n_extra, parts[0], n_parts[0], parts[1], n_parts[1], prompt,
+                                     n_prompt, env->n_ctx, g->max_tokens, &g->prompt, &g->n_prompt) != 0) {
+        rc = api_fail(e, 500, "out_of_memory", "out of memory");
+    }
+    free(parts[0]);
+    free(parts[1]);
+    free(extra);
+    free(prompt);
+    return rc;
 }
 
 /* One embeddings input: what[] are its token ids (a JSON array of integers,
@@ -1788,9 +1979,9 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         bool had_seed = false, had_top_k = false;
         if ((rc = get_int(o, "n", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
         /* llama-server's name for it */
-        if (kind == API_NATIVE && (rc = get_int(o, "n_cmpl", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
+        if (api_is_native(kind) && (rc = get_int(o, "n_cmpl", 1, API_MAX_CHOICES, &n, NULL, e)) != 0) goto out;
         g->n_choices = (size_t)n;
-        if (kind == API_NATIVE && (rc = get_bool(o, "return_tokens", &g->return_tokens, e)) != 0) goto out;
+        if (api_is_native(kind) && (rc = get_bool(o, "return_tokens", &g->return_tokens, e)) != 0) goto out;
         if ((rc = parse_logprobs(o, kind, g, e)) != 0) goto out;
         /* llama-server's name for max_tokens; -1: no limit */
         if ((rc = get_int(o, "n_predict", -1, INT32_MAX, &n_predict, NULL, e)) != 0) goto out;
@@ -1895,7 +2086,9 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         json_t *tools = NULL;
         if (kind == API_CHAT && (rc = parse_tools(env, o, g, &tools, e)) != 0) goto out;
         if (kind == API_CHAT && (rc = parse_reasoning(env, o, g, e)) != 0) goto out;
-        rc = kind == API_CHAT ? parse_messages(env, o, tools, g, e) : parse_prompt(env, o, "prompt", g, e);
+        rc = kind == API_CHAT     ? parse_messages(env, o, tools, g, e)
+             : kind == API_INFILL ? parse_infill(env, o, g, e)
+                                  : parse_prompt(env, o, "prompt", g, e);
     }
     if (rc != 0) goto out;
     if (g->n_prompts == 0) g->n_prompts = 1;

@@ -47,8 +47,15 @@ char *api_error_body(const api_error *e);
 char *api_dumps(const json_t *j);
 
 /* API_NATIVE: llama-server's own POST /completion (its request fields, its
- * response shape: api_native_body). */
-enum api_kind { API_COMPLETION, API_CHAT, API_EMBEDDING, API_NATIVE };
+ * response shape: api_native_body); API_INFILL: its POST /infill, the same
+ * with a fill-in-the-middle prompt (api_infill_tokens). */
+enum api_kind { API_COMPLETION, API_CHAT, API_EMBEDDING, API_NATIVE, API_INFILL };
+
+/* Whether kind answers in llama-server's own shape. */
+static inline bool api_is_native(enum api_kind kind)
+{
+    return kind == API_NATIVE || kind == API_INFILL;
+}
 
 /* What a handler needs to parse a request. */
 typedef struct api_env {
@@ -180,6 +187,19 @@ typedef struct api_gen {
  * or `json_schema`; with "auto" the reply follows that format and is not
  * parsed for calls. */
 #define API_MAX_TOOLS 128
+
+/* /infill's prompt, as llama-server builds it (its order and budgets):
+ * the repository context (extra[0..n_extra), already tokenized as
+ * llama-server tokenizes it: with the vocab's FIM_REP "myproject\n" when it
+ * has one, then per chunk FIM_SEP "filename\n" (or, without FIM_SEP, a
+ * "\n\n--- snippet ---\n\n" separator) and its text, then FIM_SEP
+ * "filename\n") cut to its last n_ctx - 2048 - 2 x n_predict tokens, BOS
+ * when the vocab adds one, FIM_PRE, the prefix's last 1536 tokens, the
+ * prompt, FIM_SUF, the suffix's first 512 - 2 - |prompt| tokens, FIM_MID.
+ * Into a malloc'd *out of *n. -1 (out of memory) or 0. */
+int api_infill_tokens(const vocab *v, const int32_t *extra, size_t n_extra, const int32_t *prefix,
+                      size_t n_prefix, const int32_t *suffix, size_t n_suffix, const int32_t *prompt,
+                      size_t n_prompt, int64_t n_ctx, int64_t n_predict, int32_t **out, size_t *n);
 
 /* Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.
  * Returns 0, or -1 with e filled (400/404/413...). Free with api_gen_free. */
@@ -355,8 +375,9 @@ json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index,
 /* Generated text s[0..n) (NULL: "") as a JSON string (new reference; NULL
  * only when out of memory). Text can hold bytes that are not UTF-8 (a
  * byte token of a multi-byte character cut by max_tokens, a model's stray
- * byte tokens), which JSON strings cannot carry: each byte that does not
- * start a whole valid sequence becomes U+FFFD, as llama-server's JSON
+ * byte tokens), which JSON strings cannot carry: each maximal subpart
+ * that is no whole valid sequence (the longest start of one, or a single
+ * byte no sequence starts with) becomes one U+FFFD, as llama-server's JSON
  * writer and Hugging Face's decode(errors="replace") do. */
 json_t *api_text_json(const char *s, size_t n);
 /* A text that is only whitespace (or empty). */

@@ -458,7 +458,7 @@ static json_t *take_logprobs(gen_run *gr, choice *c, bool always, bool prompt_on
         t[i].bytes = textgen_token_bytes(&c->tg, k, &t[i].n_bytes);
         t[i].text_offset = shift + c->tg.toks[k].char_start;
     }
-    json_t *j = gr->g.kind == API_NATIVE ? api_native_probs(&gr->env, t, n, (size_t)gr->g.logprobs)
+    json_t *j = api_is_native(gr->g.kind) ? api_native_probs(&gr->env, t, n, (size_t)gr->g.logprobs)
                                          : api_logprobs(&gr->env, gr->g.kind, t, n, (size_t)gr->g.logprobs);
     free(t);
     c->lp_sent = to > from ? to : from;
@@ -785,7 +785,7 @@ static bool stream_produce(stream_st *st)
     bool failed = gen_error(gr, &e) != 0;
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
-        if (gr->g.kind == API_NATIVE) {
+        if (api_is_native(gr->g.kind)) {
             stream_native_choice(st, i, failed);
             continue;
         }
@@ -831,7 +831,7 @@ static bool stream_produce(stream_st *st)
     } else {
         api_result total;
         total_result(gr, &total);
-        if (gr->g.include_usage && gr->g.kind != API_NATIVE) {
+        if (gr->g.include_usage && !api_is_native(gr->g.kind)) {
             json_t *u = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, 0, "", 0, NULL, false,
                                          NULL);
             json_object_set_new(u, "choices", json_array());
@@ -845,7 +845,7 @@ static bool stream_produce(stream_st *st)
                  total.replica);
     }
     /* (llama-server's /completion ends with its last object) */
-    if (gr->g.kind != API_NATIVE) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    if (!api_is_native(gr->g.kind)) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
     st->finished = true;
     return true;
 }
@@ -1021,7 +1021,7 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         if (gr->g.echo) echoed = calloc(gr->n_ch, sizeof(*echoed));
         if (gr->g.echo && echoed == NULL) {
             /* out of memory: answered below */
-        } else if (kind == API_NATIVE) {
+        } else if (api_is_native(kind)) {
             /* one object, or an array for several prompts or choices */
             body = gr->n_ch == 1 ? native_body(gr, &gr->ch[0], 0, false) : json_array();
             for (size_t i = 0; gr->n_ch > 1 && body != NULL && i < gr->n_ch; i++) {
@@ -1226,7 +1226,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         } else if (n_announced > limit) {
             api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
             /* metrics keep the label's pointer: a literal, never MHD's url */
-            static const char *const labels[] = {"/v1/completions", "/v1/chat/completions", "/completion",
+            static const char *const labels[] = {"/v1/completions", "/v1/chat/completions", "/completion", "/infill",
                                                  "/v1/embeddings", "/tokenize", "/detokenize"};
             const char *label = "other";
             for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++) {
@@ -1253,7 +1253,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The whole request is here. */
     enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS,
-           R_NATIVE };
+           R_NATIVE, R_INFILL };
     static const struct {
         const char *path, *method;
         int kind;
@@ -1261,7 +1261,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/v1/completions", "POST", R_CMPL}, {"/v1/chat/completions", "POST", R_CHAT},
                   {"/v1/embeddings", "POST", R_EMB},  {"/tokenize", "POST", R_TOK}, {"/detokenize", "POST", R_DETOK},
                   {"/slots", "GET", R_SLOTS}, {"/props", "GET", R_PROPS},
-                  {"/completion", "POST", R_NATIVE}, /* llama-server's own */
+                  {"/completion", "POST", R_NATIVE}, {"/infill", "POST", R_INFILL}, /* llama-server's own */
                   /* llama-server's paths without /v1 */
                   {"/models", "GET", R_MODELS}, {"/completions", "POST", R_CMPL},
                   {"/chat/completions", "POST", R_CHAT}, {"/embeddings", "POST", R_EMB},
@@ -1324,6 +1324,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h);
     case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h);
+    case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h);
     case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h);
     case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
     case R_TOK: return handle_tokenize(s, c, h, false);

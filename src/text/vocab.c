@@ -428,6 +428,32 @@ static void override_types(vocab *v)
 
 static int32_t find_cstr(const vocab *v, const char *s);
 
+/* Fill-in-the-middle tokens the metadata does not name, by the texts the
+ * code models use (Qwen, CodeGemma, StarCoder, CodeLlama, GLM-4,
+ * DeepSeek): the first found. */
+static void find_fim(vocab *v)
+{
+    static const char *const pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xe2\x96\x81<PRE>",
+                                      "<|code_prefix|>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", NULL};
+    static const char *const suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>",
+                                      "<|code_suffix|>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", NULL};
+    static const char *const mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xe2\x96\x81<MID>",
+                                      "<|code_middle|>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", NULL};
+    static const char *const pad[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", NULL};
+    static const char *const rep[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL};
+    static const char *const sep[] = {"<|file_sep|>", NULL};
+    const struct {
+        int32_t *id;
+        const char *const *texts;
+    } kinds[] = {{&v->sp.fim_pre, pre}, {&v->sp.fim_suf, suf}, {&v->sp.fim_mid, mid},
+                 {&v->sp.fim_pad, pad}, {&v->sp.fim_rep, rep}, {&v->sp.fim_sep, sep}};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        for (size_t i = 0; *kinds[k].id < 0 && kinds[k].texts[i] != NULL; i++) {
+            *kinds[k].id = find_cstr(v, kinds[k].texts[i]);
+        }
+    }
+}
+
 static void mark_eog(vocab *v)
 {
     int32_t ids[] = {v->sp.eos, v->sp.eot, v->sp.eom};
@@ -505,7 +531,7 @@ static int32_t find_cstr(const vocab *v, const char *s)
 static int load_specials(vocab *v, const gguf *g, strata_err *err)
 {
     vocab_special *sp = &v->sp;
-    *sp = (vocab_special){-1, -1, -1, -1, -1, -1, -1, -1, -1};
+    *sp = (vocab_special){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     int32_t n = v->n_tokens;
     if (v->kind == VOCAB_KIND_SPM) {
         /* SentencePiece's conventional layout. */
@@ -536,6 +562,16 @@ static int load_specials(vocab *v, const gguf *g, strata_err *err)
         {"tokenizer.ggml.padding_token_id", offsetof(vocab_special, pad)},
         {"tokenizer.ggml.cls_token_id", offsetof(vocab_special, cls)},
         {"tokenizer.ggml.mask_token_id", offsetof(vocab_special, mask)},
+        /* the older names first, so the newer win */
+        {"tokenizer.ggml.prefix_token_id", offsetof(vocab_special, fim_pre)},
+        {"tokenizer.ggml.suffix_token_id", offsetof(vocab_special, fim_suf)},
+        {"tokenizer.ggml.middle_token_id", offsetof(vocab_special, fim_mid)},
+        {"tokenizer.ggml.fim_pre_token_id", offsetof(vocab_special, fim_pre)},
+        {"tokenizer.ggml.fim_suf_token_id", offsetof(vocab_special, fim_suf)},
+        {"tokenizer.ggml.fim_mid_token_id", offsetof(vocab_special, fim_mid)},
+        {"tokenizer.ggml.fim_pad_token_id", offsetof(vocab_special, fim_pad)},
+        {"tokenizer.ggml.fim_rep_token_id", offsetof(vocab_special, fim_rep)},
+        {"tokenizer.ggml.fim_sep_token_id", offsetof(vocab_special, fim_sep)},
     };
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         int rc = get_id(g, keys[i].key, n, (int32_t *)((char *)sp + keys[i].off), err);
@@ -575,6 +611,7 @@ static int load_specials(vocab *v, const gguf *g, strata_err *err)
     }
     override_types(v);
     mark_eog(v);
+    find_fim(v);
     return 0;
 }
 

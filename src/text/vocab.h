@@ -55,6 +55,10 @@ enum vocab_token_type {
 /* Special ids; -1 where the vocab has none. */
 typedef struct vocab_special {
     int32_t bos, eos, eot, eom, unk, sep, pad, cls, mask;
+    /* fill-in-the-middle: prefix, suffix, middle, pad, repository name and
+     * file separator (tokenizer.ggml.fim_*_token_id, else found by their
+     * usual texts: "<|fim_prefix|>", "<fim_prefix>", "<PRE>", ...) */
+    int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
 } vocab_special;
 
 typedef struct vocab vocab;

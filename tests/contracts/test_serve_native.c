@@ -235,6 +235,11 @@ static void check_prompts(const st_srv *s)
     e = st_post(s, "/completion", "{\"prompt\":\"Once\",\"n_probs\":21}", &status);
     assert_int_equal(status, 400);
     json_decref(e);
+    /* /infill needs a model with fill-in-the-middle tokens (test_serve_infill.c) */
+    e = st_post(s, "/infill", "{\"input_prefix\":\"Once\",\"input_suffix\":\" end\"}", &status);
+    assert_int_equal(status, 501);
+    assert_true(dump_has(e, "fill-in-the-middle"));
+    json_decref(e);
     e = st_post(s, "/completion", "{\"prompt\":\"Once\",\"n_indent\":4}", &status);
     assert_int_equal(status, 400);
     assert_true(dump_has(e, "n_indent"));
