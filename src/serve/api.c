@@ -7,6 +7,7 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -551,6 +552,105 @@ static int parse_logit_bias(json_t *o, const vocab *voc, api_gen *g, api_error *
     return 0;
 }
 
+/* llama.cpp's sampler chain, in its default order: the stages `samplers`
+ * may name. */
+enum { ST_PENALTIES, ST_DRY, ST_TOP_N_SIGMA, ST_TOP_K, ST_TYP_P, ST_TOP_P, ST_MIN_P, ST_XTC, ST_TEMP,
+       ST_N, ST_INFILL = 100, ST_ADAPTIVE_P, ST_UNKNOWN = -1 };
+
+/* A sampler name as llama.cpp reads it (case aside: canonical, kebab-case,
+ * without the underscore, and its few aliases); ST_UNKNOWN otherwise. */
+static int sampler_of_name(const char *name)
+{
+    static const struct {
+        const char *name;
+        int stage;
+    } names[] = {{"penalties", ST_PENALTIES}, {"dry", ST_DRY}, {"top_n_sigma", ST_TOP_N_SIGMA},
+                 {"top_k", ST_TOP_K}, {"typ_p", ST_TYP_P}, {"top_p", ST_TOP_P}, {"min_p", ST_MIN_P},
+                 {"xtc", ST_XTC}, {"temperature", ST_TEMP}, {"infill", ST_INFILL},
+                 {"adaptive_p", ST_ADAPTIVE_P}, {"nucleus", ST_TOP_P}, {"temp", ST_TEMP}, {"typ", ST_TYP_P}};
+    char low[32];
+    size_t n = strlen(name);
+    if (n >= sizeof(low)) return ST_UNKNOWN;
+    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *c = names[i].name;
+        if (strcmp(low, c) == 0) return names[i].stage;
+        if (strchr(c, '_') == NULL) continue;
+        char kebab[32], bare[32];
+        size_t k = 0;
+        for (size_t j = 0; c[j]; j++) {
+            kebab[j] = c[j] == '_' ? '-' : c[j];
+            if (c[j] != '_') bare[k++] = c[j];
+        }
+        kebab[strlen(c)] = '\0';
+        bare[k] = '\0';
+        if (strcmp(low, kebab) == 0 || strcmp(low, bare) == 0) return names[i].stage;
+    }
+    return ST_UNKNOWN;
+}
+
+/* llama-server's `samplers`: the stages of the chain to run, as names
+ * (["top_k", "temperature"]) or llama.cpp's letters ("kt": e d s k y p m x
+ * t); names and letters it does not know are skipped, as llama.cpp skips
+ * them. A stage left out does not run (without "temperature" the draw is
+ * at temperature 1, greedy no more, as in llama.cpp). The stages run in
+ * llama.cpp's default order, so a list in another order (or naming a
+ * stage twice) is refused, as are infill and adaptive_p; with Mirostat
+ * the list does not matter (llama.cpp's chain is then Mirostat's). */
+static int parse_samplers(json_t *o, proto_sampling *s, api_error *e)
+{
+    json_t *v = json_object_get(o, "samplers");
+    if (v == NULL || json_is_null(v)) return 0;
+    if (!json_is_array(v) && !json_is_string(v)) {
+        return api_fail(e, 400, "invalid_type", "`samplers` must be an array of sampler names or a string of letters");
+    }
+    bool on[ST_N] = {false};
+    int last = -1;
+    size_t n = json_is_array(v) ? json_array_size(v) : json_string_length(v);
+    for (size_t i = 0; i < n; i++) {
+        int st = ST_UNKNOWN;
+        if (json_is_array(v)) {
+            json_t *name = json_array_get(v, i);
+            if (!json_is_string(name)) return api_fail(e, 400, "invalid_type", "`samplers[%zu]` must be a string", i);
+            st = sampler_of_name(json_string_value(name));
+        } else {
+            const char *letters = "edskypmxt", *c = strchr(letters, json_string_value(v)[i]);
+            char ch = json_string_value(v)[i];
+            st = ch == 'i' ? ST_INFILL : ch == 'a' ? ST_ADAPTIVE_P : c != NULL && ch != '\0' ? (int)(c - letters) : ST_UNKNOWN;
+        }
+        if (st == ST_UNKNOWN) continue;
+        if (st >= ST_N) {
+            return api_fail(e, 400, "unsupported_value", "`samplers`: %s is not implemented",
+                            st == ST_INFILL ? "infill" : "adaptive_p");
+        }
+        if (st <= last) {
+            return api_fail(e, 400, "unsupported_value",
+                            "`samplers`: only llama.cpp's default order is implemented (penalties, dry, "
+                            "top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature; any of them left out)");
+        }
+        on[st] = true;
+        last = st;
+    }
+    if (s->mirostat != 0) return 0;
+    if (!on[ST_PENALTIES]) {
+        s->repeat_penalty = 1.0f;
+        s->presence_penalty = 0.0f;
+        s->frequency_penalty = 0.0f;
+    }
+    if (!on[ST_DRY]) s->dry_multiplier = 0.0f;
+    if (!on[ST_TOP_N_SIGMA]) s->top_n_sigma = -1.0f;
+    if (!on[ST_TOP_K]) s->top_k = 0;
+    if (!on[ST_TYP_P]) s->typical_p = 1.0f;
+    if (!on[ST_TOP_P]) s->top_p = 1.0f;
+    if (!on[ST_MIN_P]) s->min_p = 0.0f;
+    if (!on[ST_XTC]) s->xtc_probability = 0.0f;
+    if (!on[ST_TEMP]) {
+        s->temperature = 1.0f;
+        s->dynatemp_range = 0.0f;
+    }
+    return 0;
+}
+
 /* llama-server's DRY fields: dry_multiplier (0 off), dry_base,
  * dry_allowed_length, dry_penalty_last_n (-1: the context) and
  * dry_sequence_breakers (strings; each cut to PROTO_DRY_BREAKER_BYTES). */
@@ -780,7 +880,6 @@ static const unsupported_field k_unsupported[] = {
     /* llama-server */
     {"n_probs", K_OAI, inert_zero, "0 (/completion takes it)"},
     {"penalty_last_n", K_GEN, inert_penalty_window, "any, while no penalty is set (the window is `repeat_last_n`)"},
-    {"samplers", K_GEN, NULL, NULL},
     {"lora", K_GEN, inert_empty, "[]"},
     {"t_max_predict_ms", K_GEN, inert_zero, "0"},
     {"post_sampling_probs", K_GEN, inert_false, "false"},
@@ -2073,6 +2172,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             goto out;
         }
         g->prompt_logprobs = had_plp ? (int32_t)plp : -1;
+        if ((rc = parse_samplers(o, s, e)) != 0) goto out;
         if ((rc = parse_stops(o, g, e)) != 0) goto out;
         if ((rc = parse_stop_ids(o, env->voc, g, e)) != 0) goto out;
         if ((rc = parse_allowed(o, env->voc, g, e)) != 0) goto out;

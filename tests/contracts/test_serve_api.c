@@ -465,6 +465,61 @@ static void assert_refused(const api_env *env, enum api_kind kind, const char *b
     if (strstr(e.message, needle) == NULL) fail_msg("%s: \"%s\" lacks %s", body, e.message, needle);
 }
 
+/* llama-server's `samplers`: the stages named run (names, aliases,
+ * letters; unknown ones skipped), the others are off; only llama.cpp's
+ * default order is taken; with Mirostat the list does not matter. */
+static void test_samplers(void **state)
+{
+    (void)state;
+    api_env env = {.voc = g_voc, .model_name = "m", .n_ctx = 64};
+    api_gen g;
+    api_error e;
+    const char *base = "\"prompt\":[1,2],\"temperature\":0,\"top_k\":7,\"top_p\":0.5,\"min_p\":0.2,"
+                       "\"typical_p\":0.9,\"repeat_penalty\":1.3,\"presence_penalty\":0.5,"
+                       "\"dry_multiplier\":0.8,\"xtc_probability\":0.5,\"top_n_sigma\":1.5";
+    const char *all[] = {"[\"penalties\",\"dry\",\"top_n_sigma\",\"top_k\",\"typ_p\",\"top_p\",\"min_p\",\"xtc\","
+                         "\"temperature\"]",
+                         "\"edskypmxt\"",
+                         "[\"PENALTIES\",\"dry\",\"top-n-sigma\",\"topk\",\"typ\",\"nucleus\",\"min-p\",\"xtc\","
+                         "\"tfs_z\",\"temp\"]"};
+    char body[1024];
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+            snprintf(body, sizeof(body), "{%s,\"samplers\":%s}", base, all[i]);
+            assert_int_equal(api_parse_gen(&env, k ? API_NATIVE : API_COMPLETION, body, strlen(body), &g, &e), 0);
+            const proto_sampling *p = &g.sampling;
+            assert_true(p->temperature == 0.0f && p->top_k == 7 && p->top_p == 0.5f && p->min_p == 0.2f &&
+                        p->typical_p == 0.9f && p->repeat_penalty == 1.3f && p->presence_penalty == 0.5f &&
+                        p->dry_multiplier == 0.8f && p->xtc_probability == 0.5f && p->top_n_sigma == 1.5f);
+            api_gen_free(&g);
+        }
+    }
+    /* a subset: the rest off; no temperature: a draw at temperature 1 */
+    snprintf(body, sizeof(body), "{%s,\"samplers\":[\"top_k\",\"min_p\"]}", base);
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    const proto_sampling *p = &g.sampling;
+    assert_true(p->top_k == 7 && p->min_p == 0.2f);
+    assert_true(p->top_p == 1.0f && p->typical_p == 1.0f && p->repeat_penalty == 1.0f &&
+                p->presence_penalty == 0.0f && p->dry_multiplier == 0.0f && p->xtc_probability == 0.0f &&
+                p->top_n_sigma <= 0.0f && p->temperature == 1.0f);
+    api_gen_free(&g);
+    snprintf(body, sizeof(body), "{%s,\"samplers\":\"\"}", base);
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    assert_true(g.sampling.top_k == 0 && g.sampling.temperature == 1.0f);
+    api_gen_free(&g);
+    /* Mirostat's chain does not read it */
+    snprintf(body, sizeof(body), "{%s,\"mirostat\":2,\"samplers\":[\"top_k\"]}", base);
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    assert_true(g.sampling.temperature == 0.0f && g.sampling.top_p == 0.5f);
+    api_gen_free(&g);
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":[\"temperature\",\"top_k\"]}", "order");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":\"kk\"}", "order");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":[\"infill\"]}", "infill");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":\"ka\"}", "adaptive_p");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":[1]}", "`samplers[0]`");
+    assert_refused(&env, API_COMPLETION, "{\"prompt\":[1],\"samplers\":{}}", "`samplers`");
+}
+
 static void test_repeat_last_n(void **state)
 {
     (void)state;
@@ -753,6 +808,7 @@ ST_MODEL_TEST(test_engine_failures_are_503)
 ST_MODEL_TEST(test_timings_print_short)
 ST_MODEL_TEST(test_embedding_input_forms)
 ST_MODEL_TEST(test_choices_seeds)
+ST_MODEL_TEST(test_samplers)
 ST_MODEL_TEST(test_repeat_last_n)
 ST_MODEL_TEST(test_continue_final_message)
 ST_MODEL_TEST(test_ignore_eos)
@@ -771,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_timings_print_short_guard),
         cmocka_unit_test(test_embedding_input_forms_guard),
         cmocka_unit_test(test_choices_seeds_guard),
+        cmocka_unit_test(test_samplers_guard),
         cmocka_unit_test(test_repeat_last_n_guard),
         cmocka_unit_test(test_continue_final_message_guard),
         cmocka_unit_test(test_ignore_eos_guard),

@@ -116,7 +116,6 @@ static const field_case k_refused[] = {
     {'e', "dimensions", "8"},
     {'c', "n_probs", "3"},
     {'c', "penalty_last_n", "16,\"presence_penalty\":0.5"},
-    {'c', "samplers", "[\"top_k\"]"},
     {'c', "lora", "[{\"id\":0,\"scale\":1}]"},
     {'c', "t_max_predict_ms", "100"},
     {'c', "post_sampling_probs", "true"},
