@@ -166,6 +166,7 @@ void api_gen_free(api_gen *g)
     free(g->bad_ids);
     free(g->bad_len);
     free(g->grammar);
+    free(g->rendered);
     json_decref(g->tools);
     memset(g, 0, sizeof(*g));
 }
@@ -2000,7 +2001,9 @@ static int parse_messages(const api_env *env, json_t *o, const json_t *tools, ap
     bool add_special = env->bos == NULL || env->bos[0] == '\0' ||
                        strncmp(prompt, env->bos, strlen(env->bos)) != 0;
     rc = tokenize(env->voc, prompt, prompt_len, add_special, g, e);
-    free(prompt);
+    free(g->rendered);
+    g->rendered = prompt; /* for /apply-template */
+    g->n_rendered = prompt_len;
     return rc;
 }
 

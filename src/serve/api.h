@@ -159,6 +159,8 @@ typedef struct api_gen {
     reasoning_format reasoning;     /* chat: the reasoning syntax split from the reply
                                        (reasoning.h); NONE: the reply is all content */
     bool reasoning_open;            /* the rendered prompt ends inside a THINK block */
+    char *rendered;                 /* chat: the prompt the template rendered (malloc'd) */
+    size_t n_rendered;
 } api_gen;
 
 /* The most alternatives per token: `logprobs` of /v1/completions (OpenAI's

@@ -1084,6 +1084,27 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     return ret;
 }
 
+/* POST /apply-template (llama-server's): a chat body's messages (and
+ * tools, template switches) rendered by the chat template, as {"prompt"},
+ * without generating. */
+static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *c, hctx *h)
+{
+    const char *endpoint = "/apply-template";
+    api_env env = make_env(s);
+    api_gen g;
+    api_error e;
+    if (api_parse_gen(&env, API_CHAT, h->body.data ? h->body.data : "", h->body.len, &g, &e) != 0) {
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    json_t *out = json_pack("{s:o}", "prompt", api_text_json(g.rendered, g.n_rendered));
+    api_gen_free(&g);
+    if (out == NULL) {
+        api_fail(&e, 500, "server_error", "out of memory");
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    return respond_json(s, c, endpoint, 200, out);
+}
+
 static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx *h, bool detok)
 {
     const char *endpoint = detok ? "/detokenize" : "/tokenize";
@@ -1100,8 +1121,12 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
     if (!detok) {
         json_t *content = json_object_get(o, "content");
         bool add_special = json_is_true(json_object_get(o, "add_special"));
+        json_t *wp = json_object_get(o, "with_pieces");
+        bool pieces = json_is_true(wp);
         if (!json_is_string(content)) {
             api_fail(&e, 400, "invalid_type", "`content` must be a string");
+        } else if (wp != NULL && !json_is_boolean(wp) && !json_is_null(wp)) {
+            api_fail(&e, 400, "invalid_type", "`with_pieces` must be true or false");
         } else {
             int32_t *ids;
             size_t n;
@@ -1110,8 +1135,25 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
                 api_fail(&e, 400, "invalid_value", "cannot tokenize: %s", err.msg);
             } else {
                 json_t *a = json_array();
-                for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+                char *piece = pieces ? malloc(TOK_MAX_PIECE_BYTES) : NULL;
+                for (size_t i = 0; i < n; i++) {
+                    size_t np = 0;
+                    /* with_pieces (llama-server's): each id with its text, or
+                     * its bytes when they are not UTF-8 */
+                    json_t *p = NULL;
+                    if (piece != NULL &&
+                        tok_token_to_piece(s->cfg.voc, ids[i], true, piece, TOK_MAX_PIECE_BYTES, &np, NULL) == 0) {
+                        p = json_stringn(piece, np);
+                        if (p == NULL) {
+                            p = json_array();
+                            for (size_t k = 0; k < np; k++) json_array_append_new(p, json_integer((unsigned char)piece[k]));
+                        }
+                    }
+                    json_array_append_new(a, pieces ? json_pack("{s:i,s:o*}", "id", (int)ids[i], "piece", p)
+                                                    : json_integer(ids[i]));
+                }
                 free(ids);
+                free(piece);
                 out = json_pack("{s:o}", "tokens", a);
             }
         }
@@ -1253,7 +1295,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The whole request is here. */
     enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS,
-           R_NATIVE, R_INFILL };
+           R_NATIVE, R_INFILL, R_APPLY };
     static const struct {
         const char *path, *method;
         int kind;
@@ -1262,6 +1304,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/v1/embeddings", "POST", R_EMB},  {"/tokenize", "POST", R_TOK}, {"/detokenize", "POST", R_DETOK},
                   {"/slots", "GET", R_SLOTS}, {"/props", "GET", R_PROPS},
                   {"/completion", "POST", R_NATIVE}, {"/infill", "POST", R_INFILL}, /* llama-server's own */
+                  {"/apply-template", "POST", R_APPLY},
                   /* llama-server's paths without /v1 */
                   {"/models", "GET", R_MODELS}, {"/completions", "POST", R_CMPL},
                   {"/chat/completions", "POST", R_CHAT}, {"/embeddings", "POST", R_EMB},
@@ -1325,6 +1368,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h);
     case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h);
     case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h);
+    case R_APPLY: return handle_apply_template(s, c, h);
     case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h);
     case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
     case R_TOK: return handle_tokenize(s, c, h, false);

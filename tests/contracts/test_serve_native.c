@@ -246,6 +246,36 @@ static void check_prompts(const st_srv *s)
     json_decref(e);
 }
 
+/* llama-server's /tokenize with_pieces and /apply-template (the answers
+ * llama-server gave for the same bodies on stories260K) */
+static void check_tools(const st_srv *s)
+{
+    json_t *j = st_post_ok(s, "/tokenize", "{\"content\":\"Once upon \xc3\xa1\",\"with_pieces\":true,\"add_special\":true}");
+    json_t *want = json_loads("{\"tokens\":[{\"id\":1,\"piece\":\"<s>\"},{\"id\":403,\"piece\":\" Once\"},"
+                              "{\"id\":407,\"piece\":\" upon\"},{\"id\":410,\"piece\":\" \"},"
+                              "{\"id\":198,\"piece\":[195]},{\"id\":164,\"piece\":[161]}]}",
+                              0, NULL);
+    assert_true(json_equal(j, want));
+    json_decref(want);
+    json_decref(j);
+    j = st_post_ok(s, "/tokenize", "{\"content\":\"Once\"}");
+    assert_true(json_is_integer(json_array_get(json_object_get(j, "tokens"), 0)));
+    json_decref(j);
+    j = st_post_ok(s, "/apply-template",
+                   "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\","
+                   "\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"},{\"role\":\"user\","
+                   "\"content\":\"More\"}]}");
+    assert_string_equal(str_of(j, "prompt"), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                                             "<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>"
+                                             "user\nMore<|im_end|>\n<|im_start|>assistant\n");
+    json_decref(j);
+    int status;
+    j = st_post(s, "/apply-template", "{}", &status);
+    assert_int_equal(status, 400);
+    assert_true(dump_has(j, "messages"));
+    json_decref(j);
+}
+
 static void test_server_native(void **state)
 {
     (void)state;
@@ -254,6 +284,7 @@ static void test_server_native(void **state)
     check_single(&s);
     check_stops(&s);
     check_prompts(&s);
+    check_tools(&s);
     st_real_stop(&s);
 }
 
