@@ -846,6 +846,14 @@ static bool check_request(const engine *e, const proto_msg *m, char *code_out,
             return false;
         }
     }
+    for (size_t i = 0; i < g->n_min_bans; i++) {
+        if (g->min_bans[i] >= e->n_vocab) {
+            snprintf(message, message_size,
+                     "gen: min_bans[%zu] = %" PRId32 " is outside the vocabulary [0, %" PRId64 ")", i,
+                     g->min_bans[i], e->n_vocab);
+            return false;
+        }
+    }
     for (size_t i = 0, at = 0; i < g->n_bad; at += (size_t)g->bad_len[i++]) {
         for (int32_t k = 0; k < g->bad_len[i]; k++) {
             if (g->bad_ids[at + (size_t)k] >= e->n_vocab) {
@@ -1727,6 +1735,9 @@ static bool on_logits(engine *e, engine_req *r, const float *logits, int32_t dra
         }
         for (size_t i = 0; i < g->n_stop_tokens; i++) {
             if (g->stop_tokens[i] >= 0 && g->stop_tokens[i] < e->n_vocab) e->ban_logits[g->stop_tokens[i]] = -INFINITY;
+        }
+        for (size_t i = 0; i < g->n_min_bans; i++) {
+            if (g->min_bans[i] >= 0 && g->min_bans[i] < e->n_vocab) e->ban_logits[g->min_bans[i]] = -INFINITY;
         }
         to_sample = e->ban_logits;
     }

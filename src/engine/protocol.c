@@ -74,6 +74,7 @@ void proto_msg_free(proto_msg *m)
         free(m->u.gen.tokens);
         free(m->u.gen.sampling.logit_bias);
         free(m->u.gen.stop_tokens);
+        free(m->u.gen.min_bans);
         free(m->u.gen.allowed_tokens);
         free(m->u.gen.bad_ids);
         free(m->u.gen.bad_len);
@@ -267,6 +268,10 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
     if (g->n_stop_tokens > 0) {
         enc_set(e, o, "stop_tokens",
                 enc_tokens(e, g->stop_tokens, g->n_stop_tokens, "gen.stop_tokens"));
+    }
+    if (g->n_min_bans > 0) {
+        enc_set(e, o, "min_bans",
+                enc_tokens(e, g->min_bans, g->n_min_bans, "gen.min_bans"));
     }
     if (g->ignore_eos) enc_set(e, o, "ignore_eos", enc_take(e, json_true()));
     if (g->n_allowed_tokens > 0) {
@@ -868,6 +873,7 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
     dec_int(d, o, "max_tokens", "max_tokens", false, -1, INT64_MAX, &g->max_tokens, NULL);
     dec_sampling(d, json_object_get(o, "sampling"), &g->sampling);
     dec_tokens(d, o, "stop_tokens", false, false, &g->stop_tokens, &g->n_stop_tokens);
+    dec_tokens(d, o, "min_bans", false, false, &g->min_bans, &g->n_min_bans);
     dec_tokens(d, o, "allowed_tokens", false, false, &g->allowed_tokens, &g->n_allowed_tokens);
     dec_bad_words(d, json_object_get(o, "bad_words"), g);
     json_t *v = json_object_get(o, "ignore_eos");

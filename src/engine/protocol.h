@@ -86,6 +86,9 @@
  *               generated, the end-of-generation tokens and stop_tokens
  *               are banned (vLLM's min_tokens); a grammar that allows
  *               nothing more still ends the output.
+ *   min_bans    optional array of token ids, banned too until min_tokens
+ *               (vLLM's stop_token_ids, which the server ends the text
+ *               after, keeping them: they are not stop_tokens).
  *   ignore_eos  optional boolean [false]; false: the model's end-of-
  *               generation tokens (eos/eot and the like, from its
  *               tokenizer) stop it too, the same way (not sent).
@@ -421,6 +424,8 @@ typedef struct proto_gen {
     int32_t *stop_tokens;      /* (n_stop_tokens) */
     size_t n_stop_tokens;
     int64_t min_tokens;        /* 0: none */
+    int32_t *min_bans;         /* (n_min_bans) banned until min_tokens too */
+    size_t n_min_bans;
     int32_t *allowed_tokens;   /* (n_allowed_tokens); none: every token */
     size_t n_allowed_tokens;
     int32_t *bad_ids;          /* bad_words' sequences one after another */

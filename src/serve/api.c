@@ -267,6 +267,12 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     if (r->gen.tokens == NULL) return STRATA_ENOMEM;
     r->gen.n_tokens = n_prompt;
     r->gen.max_tokens = g->max_tokens;
+    /* vLLM's stop_token_ids are banned until min_tokens, as vLLM bans them */
+    if (g->min_tokens > 0 && g->n_stop_ids > 0) {
+        r->gen.min_bans = copy_ids(g->stop_ids, g->n_stop_ids);
+        if (r->gen.min_bans == NULL) return STRATA_ENOMEM;
+        r->gen.n_min_bans = g->n_stop_ids;
+    }
     /* never past the context: the answer then ends with `length` */
     int64_t room = g->n_ctx - (int64_t)n_prompt;
     if (g->n_ctx > 0 && (r->gen.max_tokens < 0 || r->gen.max_tokens > room)) r->gen.max_tokens = room;

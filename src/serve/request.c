@@ -105,6 +105,7 @@ void sreq_release(sreq *r)
     pthread_cond_destroy(&r->result_cond);
     free(r->gen.tokens);
     free(r->gen.stop_tokens);
+    free(r->gen.min_bans);
     free(r->gen.allowed_tokens);
     free(r->gen.bad_ids);
     free(r->gen.bad_len);

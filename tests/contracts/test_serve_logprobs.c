@@ -157,6 +157,66 @@ static void test_gen_carries_logprobs(void **state)
     api_gen_free(&g);
 }
 
+/* Prompt logprobs asked of the engine: an echo with logprobs and vLLM's
+ * prompt_logprobs, the larger top of the two; stored by position, each
+ * checked against the prompt; vLLM's stop_token_ids banned until
+ * min_tokens (min_bans). */
+static void test_gen_carries_prompt_logprobs(void **state)
+{
+    (void)state;
+    api_env env = test_env();
+    static const struct {
+        const char *body;
+        bool want;
+        int32_t top;
+    } cases[] = {{"{\"prompt\":[1,403,407],\"logprobs\":2}", false, 0},
+                 {"{\"prompt\":[1,403,407],\"logprobs\":2,\"echo\":true}", true, 2},
+                 {"{\"prompt\":[1,403,407],\"echo\":true}", false, 0},
+                 {"{\"prompt\":[1,403,407],\"prompt_logprobs\":0}", true, 0},
+                 {"{\"prompt\":[1,403,407],\"logprobs\":1,\"echo\":true,\"prompt_logprobs\":4}", true, 4}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        api_gen g;
+        api_error e;
+        assert_int_equal(api_parse_gen(&env, API_COMPLETION, cases[i].body, strlen(cases[i].body), &g, &e), 0);
+        sreq *r = sreq_new(1, false);
+        assert_int_equal(api_gen_copy_to(&g, 0, r), 0);
+        assert_int_equal(r->gen.prompt_logprobs, cases[i].want);
+        assert_int_equal(r->gen.prompt_top, cases[i].top);
+        if (cases[i].want) {
+            proto_logprob ok[2] = {{.token = 403, .logprob = -1.0f}, {.token = 407, .logprob = -2.0f, .rank = 3}};
+            proto_logprob wrong[1] = {{.token = 1, .logprob = -1.0f}};
+            assert_true(sreq_plp_fits(r, 1, ok, 2));
+            assert_false(sreq_plp_fits(r, 0, ok, 2));    /* the first token has none */
+            assert_false(sreq_plp_fits(r, 2, ok, 2));    /* past the prompt */
+            assert_false(sreq_plp_fits(r, 1, wrong, 1)); /* not the prompt's token */
+            assert_int_equal(sreq_push_prompt_lp(r, 2, ok + 1, 1), 0);
+            assert_non_null(r->plps);
+            assert_true(isnan(r->plps[0].logprob) && isnan(r->plps[1].logprob));
+            assert_true(r->plps[2].logprob == -2.0f && r->plps[2].rank == 3);
+        }
+        sreq_release(r);
+        api_gen_free(&g);
+    }
+    const char *body = "{\"prompt\":[1,403],\"min_tokens\":3,\"stop_token_ids\":[407,261]}";
+    api_gen g;
+    api_error e;
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    sreq *r = sreq_new(1, false);
+    assert_int_equal(api_gen_copy_to(&g, 0, r), 0);
+    assert_int_equal(r->gen.n_min_bans, 2);
+    assert_int_equal(r->gen.min_bans[1], 261);
+    assert_int_equal(r->gen.min_tokens, 3);
+    sreq_release(r);
+    api_gen_free(&g);
+    body = "{\"prompt\":[1,403],\"stop_token_ids\":[407]}"; /* no min_tokens: nothing banned */
+    assert_int_equal(api_parse_gen(&env, API_COMPLETION, body, strlen(body), &g, &e), 0);
+    r = sreq_new(1, false);
+    assert_int_equal(api_gen_copy_to(&g, 0, r), 0);
+    assert_int_equal(r->gen.n_min_bans, 0);
+    sreq_release(r);
+    api_gen_free(&g);
+}
+
 /* --- shapes --- */
 
 static void test_completion_shape(void **state)
@@ -606,6 +666,7 @@ static void test_server_logprobs(void **state)
 ST_MODEL_TEST(test_parse_completion_logprobs)
 ST_MODEL_TEST(test_parse_chat_logprobs)
 ST_MODEL_TEST(test_gen_carries_logprobs)
+ST_MODEL_TEST(test_gen_carries_prompt_logprobs)
 ST_MODEL_TEST(test_completion_shape)
 ST_MODEL_TEST(test_chat_shape)
 ST_MODEL_TEST(test_choice_carries_logprobs)
@@ -622,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_parse_completion_logprobs_guard),
         cmocka_unit_test(test_parse_chat_logprobs_guard),
         cmocka_unit_test(test_gen_carries_logprobs_guard),
+        cmocka_unit_test(test_gen_carries_prompt_logprobs_guard),
         cmocka_unit_test(test_completion_shape_guard),
         cmocka_unit_test(test_chat_shape_guard),
         cmocka_unit_test(test_choice_carries_logprobs_guard),

@@ -92,6 +92,9 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.logprobs = 5;
     m.u.gen.prompt_logprobs = true;
     m.u.gen.prompt_top = 4;
+    int32_t min_bans[2] = {11, 12};
+    m.u.gen.min_bans = min_bans;
+    m.u.gen.n_min_bans = 2;
     m.u.gen.no_cache = true;
     proto_msg r;
     char *line;
@@ -136,6 +139,8 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.logprobs, 5);
     assert_true(r.u.gen.prompt_logprobs);
     assert_int_equal(r.u.gen.prompt_top, 4);
+    assert_int_equal(r.u.gen.n_min_bans, 2);
+    assert_int_equal(r.u.gen.min_bans[1], 12);
     assert_true(r.u.gen.no_cache);
     proto_msg_free(&r);
 

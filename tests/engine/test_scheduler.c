@@ -262,7 +262,7 @@ static void test_finish_reasons(void **state)
 }
 
 /* min_tokens: an EOS made certain by a bias comes only after that many
- * tokens; a stop token is held back the same way. */
+ * tokens; a stop token and a min_bans token are held back the same way. */
 static void test_min_tokens(void **state)
 {
     (void)state;
@@ -286,6 +286,17 @@ static void test_min_tokens(void **state)
     fx_run(&f);
     assert_true(f.c->recs[2].n_tok >= 3);
     for (size_t i = 0; i < 3; i++) assert_true(f.c->recs[2].toks[i] != stop);
+    /* min_bans: banned until min_tokens too, then free to come (the
+     * token made certain by a bias comes right after) */
+    fx_send(&f, "{\"op\":\"gen\",\"id\":4,\"tokens\":[1,403],\"max_tokens\":12,\"min_tokens\":4,"
+                "\"min_bans\":[300],\"sampling\":{\"temperature\":0,\"logit_bias\":{\"300\":100}}}");
+    fx_send(&f, "{\"op\":\"gen\",\"id\":5,\"tokens\":[1,403],\"min_bans\":[99999]}");
+    fx_run(&f);
+    et_assert_done(f.c, 4, PROTO_FINISH_LENGTH);
+    assert_int_equal(f.c->recs[4].n_tok, 12);
+    for (int i = 0; i < 4; i++) assert_true(f.c->recs[4].toks[i] != 300);
+    for (int i = 4; i < 12; i++) assert_int_equal(f.c->recs[4].toks[i], 300);
+    et_assert_err(f.c, 5, PROTO_ERR_BAD_REQUEST);
     fx_send(&f, "{\"op\":\"gen\",\"id\":3,\"tokens\":[1,403],\"min_tokens\":-1}");
     fx_run(&f);
     et_assert_err(f.c, 3, PROTO_ERR_BAD_REQUEST);
