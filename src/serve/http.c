@@ -1306,7 +1306,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/completion", "POST", R_NATIVE}, {"/infill", "POST", R_INFILL}, /* llama-server's own */
                   {"/apply-template", "POST", R_APPLY},
                   /* llama-server's paths without /v1 */
-                  {"/models", "GET", R_MODELS}, {"/completions", "POST", R_CMPL},
+                  /* (llama-server's /completions is its own /completion, not OpenAI's) */
+                  {"/models", "GET", R_MODELS}, {"/completions", "POST", R_NATIVE},
                   {"/chat/completions", "POST", R_CHAT}, {"/embeddings", "POST", R_EMB},
                   {"/v1/health", "GET", R_HEALTH}};
     int route = -1;

@@ -1481,8 +1481,17 @@ static void test_props_and_aliases(void **state)
     assert_int_equal(status_of(&s, "GET", "/models", NULL, key, NULL), 200);
     assert_int_equal(status_of(&s, "POST", "/models", "{}", key, NULL), 405);
     char *b = completion_body(OP_NORMAL, 50, 2, 0, 0, NULL);
-    assert_int_equal(status_of(&s, "POST", "/completions", b, key, NULL), 200);
     assert_int_equal(status_of(&s, "POST", "/completions", b, NULL, NULL), 401);
+    free(b);
+    /* /completions is llama-server's own /completion there, not OpenAI's */
+    b = completion_body(OP_NORMAL, 50, 2, 0, 0, NULL);
+    assert_int_equal(http_do(s.port, "POST", "/completions", b, key, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    j = json_loads(hr.body, 0, NULL);
+    http_response_free(&hr);
+    assert_true(json_is_string(json_object_get(j, "content")));
+    assert_null(json_object_get(j, "choices"));
+    json_decref(j);
     free(b);
     srv_stop(&s);
 }
