@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "serve/anthropic.h"
 #include "serve/api.h"
 #include "serve/request.h"
 #include "serve/textgen.h"
@@ -118,7 +119,8 @@ static enum MHD_Result respond_error(server *s, struct MHD_Connection *c, const 
         LOG_INFO("request %llu: %s -> %d %s: %s", (unsigned long long)serial, endpoint, e->status,
                  e->code, e->message);
     }
-    return respond(s, c, endpoint, e->status, api_error_body(e), "application/json", NULL);
+    char *body = strncmp(endpoint, "/v1/messages", 12) == 0 ? anthropic_error_body(e) : api_error_body(e);
+    return respond(s, c, endpoint, e->status, body, "application/json", NULL);
 }
 
 /* Constant-time in the key's bytes: the time depends on the key's length
@@ -134,6 +136,9 @@ static bool key_matches(const char *given, const char *key)
 static bool authorized(server *s, struct MHD_Connection *c)
 {
     if (s->cfg.api_key == NULL) return true;
+    /* Anthropic's clients send the key as x-api-key */
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x != NULL && key_matches(x, s->cfg.api_key)) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
@@ -224,6 +229,7 @@ typedef struct gen_run {
     int32_t keep[GEN_MAX_KEEP]; /* control tokens detokenized as text (api_keep_markers) */
     size_t n_keep;
     api_echo *echo;      /* g.echo: (g.n_prompts) each prompt's text, shared by its choices */
+    bool anthropic;      /* /v1/messages: a chat request answered in Anthropic's shape */
 } gen_run;
 
 /* Hands the choices not yet submitted to the pool, in order, as far as it
@@ -579,7 +585,29 @@ typedef struct stream_st {
     sbuf out;
     size_t off;
     bool finished;
+    anthropic_stream ast; /* gr->anthropic: the events' state */
 } stream_st;
+
+/* The stop string that ended choice 0 (Anthropic's stop_sequence), or NULL. */
+static const char *stop_sequence(const gen_run *gr)
+{
+    const choice *c = &gr->ch[0];
+    return c->tg_ready && c->tg.hit_stop && c->tg.stop_hit >= 0 ? gr->g.stops[c->tg.stop_hit] : NULL;
+}
+
+/* One streamed chunk (stolen) as an SSE event, or as the Anthropic events
+ * it makes. */
+static void sse(stream_st *st, json_t *j)
+{
+    gen_run *gr = st->gr;
+    if (!gr->anthropic) {
+        api_sse_event(&st->out, j);
+        return;
+    }
+    st->ast.input_tokens = (int64_t)gr->g.n_prompt;
+    anthropic_stream_chunk(&st->ast, j, gr->serial, gr->env.model_name, stop_sequence(gr), &st->out);
+    json_decref(j);
+}
 
 /* Parses a finished choice's text once: its reasoning split off (when the
  * request splits it), then what is left for tool calls (when it is parsed
@@ -652,7 +680,7 @@ static void stream_parsed_choice(stream_st *st, size_t i, json_t *lp)
         }
         if (rp != NULL) {
             if (rp->n_reasoning > c->r_sent) {
-                api_sse_event(&st->out, api_stream_reasoning(&gr->env, gr->serial, i,
+                sse(st, api_stream_reasoning(&gr->env, gr->serial, i,
                                                              rp->reasoning + c->r_sent,
                                                              rp->n_reasoning - c->r_sent, c->first));
                 c->first = false;
@@ -677,7 +705,7 @@ static void stream_parsed_choice(stream_st *st, size_t i, json_t *lp)
         if (upto > c->sent) n_send = upto - c->sent;
     }
     if (n_send > 0 || lp != NULL) {
-        api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, from, n_send,
+        sse(st, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, from, n_send,
                                                  NULL, c->first, lp));
         c->first = false;
         c->sent += n_send;
@@ -691,14 +719,14 @@ static void stream_parsed_choice(stream_st *st, size_t i, json_t *lp)
             json_object_set_new(delta, "role", json_string("assistant"));
             c->first = false;
         }
-        api_sse_event(&st->out, d);
-        api_sse_event(&st->out, api_stream_tool_delta(&gr->env, gr->serial, i, k, NULL,
+        sse(st, d);
+        sse(st, api_stream_tool_delta(&gr->env, gr->serial, i, k, NULL,
                                                       c->tp.calls[k].arguments));
     }
     json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, "", 0, c->res.finish_reason,
                                     c->first, NULL);
     json_object_set_new(last, "timings", api_timings(&c->res));
-    api_sse_event(&st->out, last);
+    sse(st, last);
     c->first = false;
     c->reported = true;
 }
@@ -750,7 +778,7 @@ static void stream_native_choice(stream_st *st, size_t i, bool failed)
     size_t n_ids = 0;
     int32_t *ids = copy_toks(c->r, c->ids_sent, c->tg.n_visible, &n_ids);
     if (c->text.len > 0 || n_ids > 0 || lp != NULL) {
-        api_sse_event(&st->out, api_native_chunk(i, c->text.data, c->text.len, ids, n_ids,
+        sse(st, api_native_chunk(i, c->text.data, c->text.len, ids, n_ids,
                                                  (int64_t)c->seen, (int64_t)c->r->gen.n_tokens, lp));
         c->ids_sent += n_ids;
     } else {
@@ -760,7 +788,7 @@ static void stream_native_choice(stream_st *st, size_t i, bool failed)
     c->text.len = 0;
     if (c->text.data != NULL) c->text.data[0] = '\0';
     if (c->ended && !c->reported && !failed) {
-        api_sse_event(&st->out, native_body(gr, c, i, true));
+        sse(st, native_body(gr, c, i, true));
         c->reported = true;
     }
 }
@@ -793,7 +821,7 @@ static bool stream_produce(stream_st *st)
             /* the prompt first, once its logprobs are all in (they come
              * before the first token) */
             const api_echo *ec = &gr->echo[c->prompt];
-            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, ec->text,
+            sse(st, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, ec->text,
                                                      ec->n_text, NULL, c->first,
                                                      take_logprobs(gr, c, false, true)));
             c->first = false;
@@ -805,7 +833,7 @@ static bool stream_produce(stream_st *st)
             continue;
         }
         if (c->text.len > 0 || lp != NULL) {
-            api_sse_event(&st->out, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i,
+            sse(st, api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i,
                                                      c->text.data, c->text.len, NULL, c->first,
                                                      lp));
             c->first = false;
@@ -816,7 +844,7 @@ static bool stream_produce(stream_st *st)
             json_t *last = api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, "", 0,
                                             c->res.finish_reason, c->first, NULL);
             json_object_set_new(last, "timings", api_timings(&c->res));
-            api_sse_event(&st->out, last);
+            sse(st, last);
             c->first = false;
             c->reported = true;
         }
@@ -825,9 +853,15 @@ static bool stream_produce(stream_st *st)
     if (failed) {
         LOG_INFO("request %llu: error after the stream began: %s", (unsigned long long)gr->serial,
                  e.message);
-        char *body = api_error_body(&e);
-        sbuf_printf(&st->out, "data: %s\n\n", body ? body : "{}");
-        free(body);
+        if (gr->anthropic) {
+            char *body = anthropic_error_body(&e);
+            sbuf_printf(&st->out, "event: error\ndata: %s\n\n", body ? body : "{}");
+            free(body);
+        } else {
+            char *body = api_error_body(&e);
+            sbuf_printf(&st->out, "data: %s\n\n", body ? body : "{}");
+            free(body);
+        }
     } else {
         api_result total;
         total_result(gr, &total);
@@ -837,7 +871,7 @@ static bool stream_produce(stream_st *st)
             json_object_set_new(u, "choices", json_array());
             json_object_set_new(u, "usage", api_usage(&total));
             json_object_set_new(u, "timings", api_timings(&total));
-            api_sse_event(&st->out, u);
+            sse(st, u);
         }
         LOG_INFO("request %llu: %s done (%s, %lld+%lld tokens, %zu choice(s), replica %d)",
                  (unsigned long long)gr->serial, gr->endpoint, total.finish_reason,
@@ -845,7 +879,7 @@ static bool stream_produce(stream_st *st)
                  total.replica);
     }
     /* (llama-server's /completion ends with its last object) */
-    if (!api_is_native(gr->g.kind)) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    if (!api_is_native(gr->g.kind) && !gr->anthropic) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
     st->finished = true;
     return true;
 }
@@ -918,7 +952,7 @@ static int wait_first_engine(gen_run *gr, api_error *e)
 }
 
 static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const char *endpoint,
-                                  enum api_kind kind, hctx *h)
+                                  enum api_kind kind, hctx *h, bool anthropic)
 {
     uint64_t serial = atomic_fetch_add(&s->next_serial, 1) + 1;
     api_error e;
@@ -931,6 +965,7 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     gr->s = s;
     gr->endpoint = endpoint;
     gr->serial = serial;
+    gr->anthropic = anthropic;
     gr->failed_choice = -1;
     gr->env = make_env(s);
     gr->fd = conn_fd(c);
@@ -1066,6 +1101,11 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
                                       .res = &ch->res};
             }
             if (chs != NULL) body = api_completion_body_n(&gr->env, kind, serial, chs, gr->n_ch, &total);
+            if (body != NULL && gr->anthropic) {
+                json_t *a = anthropic_response(body, serial, stop_sequence(gr));
+                json_decref(body);
+                body = a;
+            }
             free(chs);
         }
         free(echoed);
@@ -1082,6 +1122,34 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     }
     gen_run_free(gr);
     return ret;
+}
+
+/* POST /v1/messages (Anthropic's Messages API): the body as a chat
+ * request, answered in Anthropic's shape (anthropic.h); count_only:
+ * /v1/messages/count_tokens, {"input_tokens"} of the rendered prompt. */
+static enum MHD_Result handle_messages(server *s, struct MHD_Connection *c, const char *endpoint, hctx *h,
+                                       bool count_only)
+{
+    api_error e;
+    char *chat = NULL;
+    if (anthropic_to_chat(h->body.data ? h->body.data : "", h->body.len, count_only, &chat, &e) != 0) {
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    if (count_only) {
+        api_env env = make_env(s);
+        api_gen g;
+        if (api_parse_gen(&env, API_CHAT, chat, strlen(chat), &g, &e) != 0) {
+            free(chat);
+            return respond_error(s, c, endpoint, &e, 0);
+        }
+        free(chat);
+        json_t *out = json_pack("{s:I}", "input_tokens", (json_int_t)g.n_prompt);
+        api_gen_free(&g);
+        return respond_json(s, c, endpoint, 200, out);
+    }
+    sbuf_free(&h->body);
+    h->body = (sbuf){.data = chat, .len = strlen(chat), .cap = strlen(chat) + 1};
+    return handle_gen(s, c, endpoint, API_CHAT, h, true);
 }
 
 /* POST /apply-template (llama-server's): a chat body's messages (and
@@ -1269,6 +1337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
             /* metrics keep the label's pointer: a literal, never MHD's url */
             static const char *const labels[] = {"/v1/completions", "/v1/chat/completions", "/completion", "/infill",
+                                                 "/v1/messages",
                                                  "/v1/embeddings", "/tokenize", "/detokenize"};
             const char *label = "other";
             for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++) {
@@ -1295,7 +1364,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The whole request is here. */
     enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS,
-           R_NATIVE, R_INFILL, R_APPLY };
+           R_NATIVE, R_INFILL, R_APPLY, R_MESSAGES, R_COUNT };
     static const struct {
         const char *path, *method;
         int kind;
@@ -1305,6 +1374,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/slots", "GET", R_SLOTS}, {"/props", "GET", R_PROPS},
                   {"/completion", "POST", R_NATIVE}, {"/infill", "POST", R_INFILL}, /* llama-server's own */
                   {"/apply-template", "POST", R_APPLY},
+                  /* Anthropic's Messages API */
+                  {"/v1/messages", "POST", R_MESSAGES}, {"/v1/messages/count_tokens", "POST", R_COUNT},
                   /* llama-server's paths without /v1 */
                   /* (llama-server's /completions is its own /completion, not OpenAI's) */
                   {"/models", "GET", R_MODELS}, {"/completions", "POST", R_NATIVE},
@@ -1366,12 +1437,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(r);
         return ret;
     }
-    case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h);
-    case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h);
-    case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h);
+    case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h, false);
+    case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h, false);
+    case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h, false);
     case R_APPLY: return handle_apply_template(s, c, h);
-    case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h);
-    case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h);
+    case R_MESSAGES: return handle_messages(s, c, endpoint, h, false);
+    case R_COUNT: return handle_messages(s, c, endpoint, h, true);
+    case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h, false);
+    case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h, false);
     case R_TOK: return handle_tokenize(s, c, h, false);
     case R_DETOK: return handle_tokenize(s, c, h, true);
     case R_PROPS:
