@@ -21,6 +21,7 @@
  * Llama 3 template, else ChatML); the rest is the body. The data comes from
  * $STRATA_TEST_DATA, else ../shared/data beside the project. */
 #include "sample/grammar.h"
+#include "serve/anthropic.h"
 #include "serve/api.h"
 #include "serve/request.h"
 #include "serve/wire.h"
@@ -138,16 +139,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
     api_gen g;
     api_error e;
-    if (api_parse_gen(&env, kind, (const char *)data + 1, size - 1, &g, &e) != 0) {
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    char *chat = NULL;
+    if (kind == API_CHAT && (data[0] & 16)) {
+        /* Anthropic's /v1/messages: translated first; a refusal is a 400
+         * with Anthropic's error body */
+        if (anthropic_to_chat(body, len, (data[0] & 32) != 0, &chat, &e) != 0) {
+            check(e.status == 400 && e.message[0] != '\0' && chat == NULL);
+            char *eb = anthropic_error_body(&e);
+            json_t *j = eb ? json_loads(eb, 0, NULL) : NULL;
+            check(j != NULL && json_is_object(json_object_get(j, "error")));
+            json_decref(j);
+            free(eb);
+            return 0;
+        }
+        body = chat;
+        len = strlen(chat);
+    }
+    int parsed = api_parse_gen(&env, kind, body, len, &g, &e);
+    free(chat);
+    if (parsed != 0) {
         check(e.status >= 400 && e.status < 500);
         check(e.code[0] != '\0' && e.message[0] != '\0');
-        char *body = api_error_body(&e);
-        check(body != NULL);
+        char *eb = api_error_body(&e);
+        check(eb != NULL);
         json_error_t je;
-        json_t *j = json_loads(body, 0, &je);
+        json_t *j = json_loads(eb, 0, &je);
         check(j != NULL && json_is_object(json_object_get(j, "error")));
         json_decref(j);
-        free(body);
+        free(eb);
         return 0;
     }
     check(g.n_choices >= 1 && g.n_choices <= API_MAX_CHOICES);
