@@ -48,7 +48,7 @@ describe('errors', { skip: skip ?? false }, () => {
       [{ top_p: 2 }, 'top_p'],
       [{ max_tokens: -5 }, 'max_tokens'],
       [{ n: 17 }, 'n'],
-      [{ echo: true }, 'echo'],
+      [{ prompt_logprobs: 21 }, 'prompt_logprobs'],
       [{ suffix: ' the end' }, 'suffix'],
       [{ best_of: 3 }, 'best_of'],
       [{ logprobs: 6 }, 'logprobs'],
