@@ -1485,10 +1485,11 @@ int api_infill_tokens(const vocab *v, const int32_t *extra, size_t n_extra, cons
     int32_t *a = NULL;
     size_t n_a = 0, cap = 0;
     int32_t bos = sp->bos, pre = sp->fim_pre, suf = sp->fim_suf, mid = sp->fim_mid;
-    int rc = ids_append(&a, &n_a, &cap, extra + (n_extra - extra_take), extra_take);
+    /* (no arithmetic on a NULL part: an absent one takes nothing) */
+    int rc = extra_take > 0 ? ids_append(&a, &n_a, &cap, extra + (n_extra - extra_take), extra_take) : 0;
     if (rc == 0 && vocab_adds_bos(v) && bos >= 0) rc = ids_append(&a, &n_a, &cap, &bos, 1);
     if (rc == 0) rc = ids_append(&a, &n_a, &cap, &pre, 1);
-    if (rc == 0) rc = ids_append(&a, &n_a, &cap, prefix + (n_prefix - pre_take), pre_take);
+    if (rc == 0 && pre_take > 0) rc = ids_append(&a, &n_a, &cap, prefix + (n_prefix - pre_take), pre_take);
     if (rc == 0) rc = ids_append(&a, &n_a, &cap, prompt, n_prompt);
     if (rc == 0) rc = ids_append(&a, &n_a, &cap, &suf, 1);
     if (rc == 0) rc = ids_append(&a, &n_a, &cap, suffix, suf_take);
