@@ -7,42 +7,12 @@
 
 /* ---- request ---- */
 
-/* The text of a `content` that is a string or an array of text blocks
- * (other block types: -1, named in e). A new string reference. */
+static const char *const k_text_types[] = {"text", NULL};
+
+/* The text of a `content` that is a string or an array of text blocks. */
 static json_t *text_of(json_t *content, const char *where, api_error *e)
 {
-    if (json_is_string(content)) return json_incref(content);
-    if (!json_is_array(content)) {
-        api_fail(e, 400, "invalid_type", "`%s` must be a string or an array of text blocks", where);
-        return NULL;
-    }
-    size_t total = 0;
-    for (size_t i = 0; i < json_array_size(content); i++) {
-        json_t *b = json_array_get(content, i);
-        const char *type = json_string_value(json_object_get(b, "type"));
-        json_t *t = json_object_get(b, "text");
-        if (type == NULL || strcmp(type, "text") != 0 || !json_is_string(t)) {
-            api_fail(e, 400, "unsupported_value", "`%s[%zu]`: only text blocks are taken here (got %s)", where, i,
-                     type ? type : "no type");
-            return NULL;
-        }
-        total += json_string_length(t);
-    }
-    char *buf = malloc(total + 1);
-    if (buf == NULL) {
-        api_fail(e, 500, "out_of_memory", "out of memory");
-        return NULL;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < json_array_size(content); i++) {
-        json_t *t = json_object_get(json_array_get(content, i), "text");
-        memcpy(buf + k, json_string_value(t), json_string_length(t));
-        k += json_string_length(t);
-    }
-    json_t *j = json_stringn(buf, k);
-    free(buf);
-    if (j == NULL) api_fail(e, 400, "invalid_value", "`%s` is not UTF-8", where);
-    return j;
+    return api_text_parts(content, k_text_types, where, e);
 }
 
 /* One Messages message into chat messages appended to out: a user's

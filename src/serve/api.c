@@ -2526,6 +2526,34 @@ json_t *api_native_body(const api_env *env, const api_gen *g, size_t index, api_
     return j;
 }
 
+json_t *api_text_parts(json_t *content, const char *const *types, const char *where, api_error *e)
+{
+    if (json_is_string(content)) return json_incref(content);
+    if (!json_is_array(content)) {
+        api_fail(e, 400, "invalid_type", "`%s` must be a string or an array of text blocks", where);
+        return NULL;
+    }
+    sbuf text = {0};
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        json_t *b = json_array_get(content, i);
+        const char *type = json_string_value(json_object_get(b, "type"));
+        json_t *t = json_object_get(b, "text");
+        bool known = false;
+        for (size_t k = 0; type != NULL && types[k] != NULL; k++) known = known || strcmp(type, types[k]) == 0;
+        if (!known || !json_is_string(t)) {
+            sbuf_free(&text);
+            api_fail(e, 400, "unsupported_value", "`%s[%zu]`: only text blocks are taken here (got %s)", where, i,
+                     type ? type : "no type");
+            return NULL;
+        }
+        sbuf_append(&text, json_string_value(t), json_string_length(t));
+    }
+    json_t *j = json_stringn(text.data ? text.data : "", text.len);
+    sbuf_free(&text);
+    if (j == NULL) api_fail(e, 500, "out_of_memory", "out of memory");
+    return j;
+}
+
 int api_echo_make(const vocab *voc, const int32_t *ids, size_t n, bool keep_special, api_echo *out)
 {
     memset(out, 0, sizeof(*out));

@@ -382,6 +382,10 @@ json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index,
  * byte no sequence starts with) becomes one U+FFFD, as llama-server's JSON
  * writer and Hugging Face's decode(errors="replace") do. */
 json_t *api_text_json(const char *s, size_t n);
+/* The text of a `content` that is a string, or an array of blocks
+ * {"type": one of types (NULL-terminated), "text": string}, joined; a new
+ * string reference, or NULL with e filled (400 naming where and the block). */
+json_t *api_text_parts(json_t *content, const char *const *types, const char *where, api_error *e);
 /* A text that is only whitespace (or empty). */
 bool api_blank(const char *s, size_t n);
 

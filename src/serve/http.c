@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "serve/anthropic.h"
 #include "serve/api.h"
+#include "serve/responses.h"
 #include "serve/request.h"
 #include "serve/textgen.h"
 #include "text/tokenizer.h"
@@ -230,6 +231,7 @@ typedef struct gen_run {
     size_t n_keep;
     api_echo *echo;      /* g.echo: (g.n_prompts) each prompt's text, shared by its choices */
     bool anthropic;      /* /v1/messages: a chat request answered in Anthropic's shape */
+    bool responses;      /* /v1/responses: a chat request answered in the Responses shape */
 } gen_run;
 
 /* Hands the choices not yet submitted to the pool, in order, as far as it
@@ -586,6 +588,7 @@ typedef struct stream_st {
     size_t off;
     bool finished;
     anthropic_stream ast; /* gr->anthropic: the events' state */
+    responses_stream rst; /* gr->responses: likewise */
 } stream_st;
 
 /* The stop string that ended choice 0 (Anthropic's stop_sequence), or NULL. */
@@ -600,6 +603,11 @@ static const char *stop_sequence(const gen_run *gr)
 static void sse(stream_st *st, json_t *j)
 {
     gen_run *gr = st->gr;
+    if (gr->responses) {
+        responses_stream_chunk(&st->rst, j, gr->serial, gr->env.model_name, &st->out);
+        json_decref(j);
+        return;
+    }
     if (!gr->anthropic) {
         api_sse_event(&st->out, j);
         return;
@@ -879,7 +887,9 @@ static bool stream_produce(stream_st *st)
                  total.replica);
     }
     /* (llama-server's /completion ends with its last object) */
-    if (!api_is_native(gr->g.kind) && !gr->anthropic) sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    if (!api_is_native(gr->g.kind) && !gr->anthropic && !gr->responses) {
+        sbuf_append(&st->out, "data: [DONE]\n\n", 14);
+    }
     st->finished = true;
     return true;
 }
@@ -906,6 +916,7 @@ static void stream_free(void *cls)
 {
     stream_st *st = cls;
     gen_run_free(st->gr); /* cancels the request if it is still running */
+    responses_stream_free(&st->rst);
     sbuf_free(&st->out);
     free(st);
 }
@@ -951,8 +962,10 @@ static int wait_first_engine(gen_run *gr, api_error *e)
     return 0;
 }
 
+enum gen_shape { SHAPE_OWN, SHAPE_ANTHROPIC, SHAPE_RESPONSES };
+
 static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const char *endpoint,
-                                  enum api_kind kind, hctx *h, bool anthropic)
+                                  enum api_kind kind, hctx *h, enum gen_shape shape)
 {
     uint64_t serial = atomic_fetch_add(&s->next_serial, 1) + 1;
     api_error e;
@@ -965,7 +978,8 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
     gr->s = s;
     gr->endpoint = endpoint;
     gr->serial = serial;
-    gr->anthropic = anthropic;
+    gr->anthropic = shape == SHAPE_ANTHROPIC;
+    gr->responses = shape == SHAPE_RESPONSES;
     gr->failed_choice = -1;
     gr->env = make_env(s);
     gr->fd = conn_fd(c);
@@ -1105,6 +1119,10 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
                 json_t *a = anthropic_response(body, serial, stop_sequence(gr));
                 json_decref(body);
                 body = a;
+            } else if (body != NULL && gr->responses) {
+                json_t *a = responses_response(body, serial);
+                json_decref(body);
+                body = a;
             }
             free(chs);
         }
@@ -1149,7 +1167,21 @@ static enum MHD_Result handle_messages(server *s, struct MHD_Connection *c, cons
     }
     sbuf_free(&h->body);
     h->body = (sbuf){.data = chat, .len = strlen(chat), .cap = strlen(chat) + 1};
-    return handle_gen(s, c, endpoint, API_CHAT, h, true);
+    return handle_gen(s, c, endpoint, API_CHAT, h, SHAPE_ANTHROPIC);
+}
+
+/* POST /v1/responses (OpenAI's Responses API): the body as a chat request,
+ * answered in the Responses shape (responses.h). */
+static enum MHD_Result handle_responses(server *s, struct MHD_Connection *c, const char *endpoint, hctx *h)
+{
+    api_error e;
+    char *chat = NULL;
+    if (responses_to_chat(h->body.data ? h->body.data : "", h->body.len, &chat, &e) != 0) {
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    sbuf_free(&h->body);
+    h->body = (sbuf){.data = chat, .len = strlen(chat), .cap = strlen(chat) + 1};
+    return handle_gen(s, c, endpoint, API_CHAT, h, SHAPE_RESPONSES);
 }
 
 /* POST /apply-template (llama-server's): a chat body's messages (and
@@ -1337,7 +1369,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             api_fail(&e, 413, "body_too_large", "the body is over %zu bytes", limit);
             /* metrics keep the label's pointer: a literal, never MHD's url */
             static const char *const labels[] = {"/v1/completions", "/v1/chat/completions", "/completion", "/infill",
-                                                 "/v1/messages",
+                                                 "/v1/messages", "/v1/responses",
                                                  "/v1/embeddings", "/tokenize", "/detokenize"};
             const char *label = "other";
             for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++) {
@@ -1364,7 +1396,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The whole request is here. */
     enum { R_HEALTH, R_MODELS, R_METRICS, R_CMPL, R_CHAT, R_EMB, R_TOK, R_DETOK, R_SLOTS, R_PROPS,
-           R_NATIVE, R_INFILL, R_APPLY, R_MESSAGES, R_COUNT };
+           R_NATIVE, R_INFILL, R_APPLY, R_MESSAGES, R_COUNT, R_RESPONSES };
     static const struct {
         const char *path, *method;
         int kind;
@@ -1376,6 +1408,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   {"/apply-template", "POST", R_APPLY},
                   /* Anthropic's Messages API */
                   {"/v1/messages", "POST", R_MESSAGES}, {"/v1/messages/count_tokens", "POST", R_COUNT},
+                  /* OpenAI's Responses API */
+                  {"/v1/responses", "POST", R_RESPONSES}, {"/responses", "POST", R_RESPONSES},
                   /* llama-server's paths without /v1 */
                   /* (llama-server's /completions is its own /completion, not OpenAI's) */
                   {"/models", "GET", R_MODELS}, {"/completions", "POST", R_NATIVE},
@@ -1437,14 +1471,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(r);
         return ret;
     }
-    case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h, false);
-    case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h, false);
-    case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h, false);
+    case R_CMPL: return handle_gen(s, c, endpoint, API_COMPLETION, h, SHAPE_OWN);
+    case R_NATIVE: return handle_gen(s, c, endpoint, API_NATIVE, h, SHAPE_OWN);
+    case R_INFILL: return handle_gen(s, c, endpoint, API_INFILL, h, SHAPE_OWN);
     case R_APPLY: return handle_apply_template(s, c, h);
     case R_MESSAGES: return handle_messages(s, c, endpoint, h, false);
     case R_COUNT: return handle_messages(s, c, endpoint, h, true);
-    case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h, false);
-    case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h, false);
+    case R_RESPONSES: return handle_responses(s, c, endpoint, h);
+    case R_CHAT: return handle_gen(s, c, endpoint, API_CHAT, h, SHAPE_OWN);
+    case R_EMB: return handle_gen(s, c, endpoint, API_EMBEDDING, h, SHAPE_OWN);
     case R_TOK: return handle_tokenize(s, c, h, false);
     case R_DETOK: return handle_tokenize(s, c, h, true);
     case R_PROPS:

@@ -24,6 +24,7 @@
 #include "serve/anthropic.h"
 #include "serve/api.h"
 #include "serve/request.h"
+#include "serve/responses.h"
 #include "serve/wire.h"
 #include "text/tokenizer.h"
 
@@ -142,7 +143,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     char *chat = NULL;
-    if (kind == API_CHAT && (data[0] & 16)) {
+    if (kind == API_COMPLETION && (data[0] & 32)) {
+        /* OpenAI's /v1/responses: translated into a chat body first */
+        kind = API_CHAT;
+        if (responses_to_chat(body, len, &chat, &e) != 0) {
+            check(e.status == 400 && e.message[0] != '\0' && chat == NULL);
+            return 0;
+        }
+        body = chat;
+        len = strlen(chat);
+    } else if (kind == API_CHAT && (data[0] & 16)) {
         /* Anthropic's /v1/messages: translated first; a refusal is a 400
          * with Anthropic's error body */
         if (anthropic_to_chat(body, len, (data[0] & 32) != 0, &chat, &e) != 0) {
