@@ -59,6 +59,9 @@ static void serve_usage(FILE *f)
             "  --max-queue Q          requests that may wait for a slot (default 64); more: 429\n"
             "  -t, --threads N        threads per engine (default: the CPUs / replicas)\n"
             "  --chat-template-file F a Jinja chat template instead of the model's\n"
+            "  --alias NAME, --served-model-name NAME  the model's name in /v1/models and\n"
+            "                         in requests (repeat for more names; the first is\n"
+            "                         reported; default: the file's name without .gguf)\n"
             "  --reasoning-format auto|none  auto (default): a reasoning model's thinking\n"
             "                         (<think>...</think>, gpt-oss's analysis channel) is\n"
             "                         returned as `reasoning_content`; none: left in `content`\n"
@@ -166,6 +169,11 @@ int cmd_serve(int argc, char **argv)
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
     bool reasoning_off = false;
+    /* --alias / --served-model-name: the names requests may give (the first
+     * is the one reported); none: the file's name without .gguf */
+    enum { MAX_NAMES = 16 };
+    const char *names[MAX_NAMES];
+    size_t n_names = 0;
     int drain_ms = 10000, ping_timeout = 10000, max_body = 8 << 20;
     int wedge_floor = POOL_WEDGE_FLOOR_MS;
     double wedge_per_token = 0;
@@ -198,6 +206,13 @@ int cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--max-queue") == 0) bad = parse_int(v, 0, 1 << 20, &max_queue);
         else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) bad = parse_int(v, 1, 4096, &threads);
         else if (strcmp(a, "--chat-template-file") == 0) tmpl_file = v;
+        else if (strcmp(a, "--alias") == 0 || strcmp(a, "-a") == 0 || strcmp(a, "--served-model-name") == 0) {
+            if (n_names == MAX_NAMES || v[0] == '\0') {
+                fprintf(stderr, "strata serve: %s: at most %d names, none empty\n", a, MAX_NAMES);
+                return 2;
+            }
+            names[n_names++] = v;
+        }
         else if (strcmp(a, "--max-body-bytes") == 0) bad = parse_int(v, 1, INT_MAX, &max_body);
         else if (strcmp(a, "--drain-timeout") == 0) bad = parse_int(v, 0, INT_MAX, &drain_ms);
         else if (strcmp(a, "--port-file") == 0) port_file = v;
@@ -426,14 +441,17 @@ int cmd_serve(int argc, char **argv)
     size_t nl = strlen(model_name);
     if (nl > 5 && strcmp(model_name + nl - 5, ".gguf") == 0) model_name[nl - 5] = '\0';
     server_config sc = {.host = host, .port = port, .api_key = api_key,
-                        .max_body_bytes = (size_t)max_body, .model_name = model_name, .voc = voc,
+                        .max_body_bytes = (size_t)max_body,
+                        .model_name = n_names > 0 ? names[0] : model_name,
+                        .model_aliases = n_names > 1 ? names + 1 : NULL,
+                        .n_model_aliases = n_names > 1 ? n_names - 1 : 0, .voc = voc,
                         .chat_template = tmpl, .bos = src.bos, .eos = src.eos,
                         .reasoning_off = reasoning_off};
     if (server_start(&s, &sc, p, &err) != 0) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         goto out;
     }
-    LOG_INFO("strata serve: %s on http://%s:%d (%d replicas x %d slots)", model_name, host,
+    LOG_INFO("strata serve: %s on http://%s:%d (%d replicas x %d slots)", sc.model_name, host,
              server_port(s), replicas, slots);
     if (port_file != NULL) {
         char tmp[PATH_MAX];

@@ -2038,7 +2038,11 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             rc = api_fail(e, 400, "invalid_type", "`model` must be a string");
             goto out;
         }
-        if (strcmp(json_string_value(model), env->model_name) != 0) {
+        bool known = strcmp(json_string_value(model), env->model_name) == 0;
+        for (size_t i = 0; i < env->n_model_aliases && !known; i++) {
+            known = strcmp(json_string_value(model), env->model_aliases[i]) == 0;
+        }
+        if (!known) {
             rc = api_fail(e, 404, "model_not_found", "the model `%.100s` does not exist; this server has `%.100s`",
                           json_string_value(model), env->model_name);
             goto out;

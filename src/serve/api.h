@@ -63,6 +63,8 @@ typedef struct api_env {
     const char *chat_template; /* NULL: ChatML */
     const char *bos, *eos;
     const char *model_name;
+    const char *const *model_aliases; /* (n_model_aliases) other names a request may give */
+    size_t n_model_aliases;
     int64_t n_ctx;             /* per request; 0 when unknown */
     bool reasoning_off;        /* `strata serve --reasoning-format none`: replies are not
                                   split into reasoning and content unless a request asks */

@@ -152,7 +152,9 @@ static api_env make_env(server *s)
     pool_info pi;
     pool_get_info(s->p, &pi);
     return (api_env){.voc = s->cfg.voc, .chat_template = s->cfg.chat_template, .bos = s->cfg.bos,
-                     .eos = s->cfg.eos, .model_name = s->cfg.model_name, .n_ctx = pi.n_ctx,
+                     .eos = s->cfg.eos, .model_name = s->cfg.model_name,
+                     .model_aliases = s->cfg.model_aliases, .n_model_aliases = s->cfg.n_model_aliases,
+                     .n_ctx = pi.n_ctx,
                      .reasoning_off = s->cfg.reasoning_off, .merge_system = s->merge_system};
 }
 
@@ -1449,13 +1451,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_json(s, c, endpoint, 200,
                             json_pack("{s:s,s:i,s:i}", "status", "ok", "replicas_ready", pi.n_ready,
                                       "replicas", pi.n_replicas));
-    case R_MODELS:
+    case R_MODELS: {
         pool_get_info(s->p, &pi);
-        return respond_json(s, c, endpoint, 200,
-                            json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:I}}]}", "object", "list", "data",
-                                      "id", s->cfg.model_name, "object", "model", "created",
-                                      (json_int_t)time(NULL), "owned_by", "strata", "meta",
-                                      "n_ctx", (json_int_t)pi.n_ctx));
+        /* the served name, then its aliases: one model under each */
+        json_t *data = json_array();
+        for (size_t i = 0; i <= s->cfg.n_model_aliases; i++) {
+            const char *id = i == 0 ? s->cfg.model_name : s->cfg.model_aliases[i - 1];
+            json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:{s:I}}", "id", id, "object", "model",
+                                                  "created", (json_int_t)time(NULL), "owned_by", "strata",
+                                                  "meta", "n_ctx", (json_int_t)pi.n_ctx));
+        }
+        return respond_json(s, c, endpoint, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+    }
     case R_METRICS: {
         pool_get_info(s->p, &pi);
         sbuf out = {0};

@@ -25,6 +25,9 @@ typedef struct server_config {
     const char *api_key;       /* NULL: no auth */
     size_t max_body_bytes;     /* 0: 8 MiB */
     const char *model_name;    /* the id in /v1/models */
+    const char *const *model_aliases; /* (n_model_aliases) more names requests may give
+                                         (--alias, --served-model-name); borrowed */
+    size_t n_model_aliases;
     const vocab *voc;          /* borrowed, outlives the server */
     const char *chat_template; /* borrowed; ChatML when NULL */
     bool reasoning_off;        /* --reasoning-format none: chat replies keep their

@@ -1496,8 +1496,41 @@ static void test_props_and_aliases(void **state)
     srv_stop(&s);
 }
 
+/* --alias / --served-model-name: the first is the name /v1/models reports
+ * and answers carry, every one is taken in requests, the file's name no
+ * more; a key in x-api-key (Anthropic's header) is taken too. */
+static void test_model_names(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, "--alias", "gpt-4o-mini", "--served-model-name", "stories", "--api-key", "k2", NULL);
+    const char *key = "x-api-key: k2\r\n";
+    http_response hr;
+    assert_int_equal(http_do(s.port, "GET", "/v1/models", NULL, key, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    json_t *j = json_loads(hr.body, 0, NULL);
+    http_response_free(&hr);
+    json_t *data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 0), "id")), "gpt-4o-mini");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 1), "id")), "stories");
+    json_decref(j);
+    static const char *const names[] = {"gpt-4o-mini", "stories", "stories260K"};
+    for (int i = 0; i < 3; i++) {
+        char more[64];
+        snprintf(more, sizeof(more), "\"model\":\"%s\"", names[i]);
+        char *b = completion_body(OP_NORMAL, 60 + i, 2, 0, 0, more);
+        int st = status_of(&s, "POST", "/v1/completions", b, key, NULL);
+        assert_int_equal(st, i < 2 ? 200 : 404);
+        free(b);
+    }
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "x-api-key: wrong\r\n", NULL), 401);
+    srv_stop(&s);
+}
+
 ST_MODEL_TEST(test_metrics_kv_per_replica)
 ST_MODEL_TEST(test_props_and_aliases)
+ST_MODEL_TEST(test_model_names)
 ST_MODEL_TEST(test_slots_view)
 ST_MODEL_TEST(test_ends_at_eos_and_length)
 ST_MODEL_TEST(test_stream_with_usage)
@@ -1546,6 +1579,7 @@ int main(void)
         cmocka_unit_test_teardown(test_real_engine_hang_is_caught_guard, kill_leftover),
         cmocka_unit_test_teardown(test_metrics_kv_per_replica_guard, kill_leftover),
         cmocka_unit_test_teardown(test_props_and_aliases_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_model_names_guard, kill_leftover),
         cmocka_unit_test_teardown(test_slots_view_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
