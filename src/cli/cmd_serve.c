@@ -59,6 +59,8 @@ static void serve_usage(FILE *f)
             "  --max-queue Q          requests that may wait for a slot (default 64); more: 429\n"
             "  -t, --threads N        threads per engine (default: the CPUs / replicas)\n"
             "  --chat-template-file F a Jinja chat template instead of the model's\n"
+            "  --allowed-origins L    pages whose origin may call the API from a browser\n"
+            "                         (CORS): * (default: any), none, or a comma list\n"
             "  --alias NAME, --served-model-name NAME  the model's name in /v1/models and\n"
             "                         in requests (repeat for more names; the first is\n"
             "                         reported; default: the file's name without .gguf)\n"
@@ -169,6 +171,7 @@ int cmd_serve(int argc, char **argv)
     int replicas = 1, slots = 4, ctx = 0, port = 8080, max_queue = 64, threads = 0;
     int route_load_only = 0, route_balance = POOL_ROUTE_BALANCE;
     bool reasoning_off = false;
+    const char *allowed_origins = "*";
     /* --alias / --served-model-name: the names requests may give (the first
      * is the one reported); none: the file's name without .gguf */
     enum { MAX_NAMES = 16 };
@@ -206,6 +209,7 @@ int cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--max-queue") == 0) bad = parse_int(v, 0, 1 << 20, &max_queue);
         else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) bad = parse_int(v, 1, 4096, &threads);
         else if (strcmp(a, "--chat-template-file") == 0) tmpl_file = v;
+        else if (strcmp(a, "--allowed-origins") == 0) allowed_origins = v;
         else if (strcmp(a, "--alias") == 0 || strcmp(a, "-a") == 0 || strcmp(a, "--served-model-name") == 0) {
             if (n_names == MAX_NAMES || v[0] == '\0') {
                 fprintf(stderr, "strata serve: %s: at most %d names, none empty\n", a, MAX_NAMES);
@@ -446,7 +450,7 @@ int cmd_serve(int argc, char **argv)
                         .model_aliases = n_names > 1 ? names + 1 : NULL,
                         .n_model_aliases = n_names > 1 ? n_names - 1 : 0, .voc = voc,
                         .chat_template = tmpl, .bos = src.bos, .eos = src.eos,
-                        .reasoning_off = reasoning_off};
+                        .reasoning_off = reasoning_off, .allowed_origins = allowed_origins};
     if (server_start(&s, &sc, p, &err) != 0) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         goto out;

@@ -67,6 +67,36 @@ typedef struct hctx {
 
 /* --- small helpers --- */
 
+/* CORS: a browser page at the request's Origin may read the answer when
+ * the origin is allowed (--allowed-origins): the origin is echoed, as
+ * llama-server does. */
+static bool origin_allowed(const server *s, const char *origin)
+{
+    const char *list = s->cfg.allowed_origins;
+    if (origin == NULL) return false;
+    if (list == NULL || strcmp(list, "*") == 0) return true;
+    if (strcmp(list, "none") == 0) return false;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, origin, n) == 0) return true;
+        if (end == NULL) break;
+        p = end + 1;
+    }
+    return false;
+}
+
+static void add_cors(const server *s, struct MHD_Connection *c, struct MHD_Response *r)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin_allowed(s, origin)) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+
 static bool client_gone(int fd)
 {
     if (fd < 0) return false;
@@ -99,6 +129,7 @@ static enum MHD_Result respond(server *s, struct MHD_Connection *c, const char *
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (allow != NULL) MHD_add_response_header(r, "Allow", allow);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    add_cors(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     metrics_count_request(&s->m, endpoint, status);
@@ -1043,6 +1074,7 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         st->gr = gr;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_cors(s, c, resp);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         metrics_count_request(&s->m, endpoint, 200);
@@ -1426,6 +1458,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_error(s, c, "other", &e, 0);
     }
     const char *endpoint = routes[route].path;
+    if (strcmp(method, "OPTIONS") == 0) {
+        /* a browser's CORS preflight: no key needed, nothing runs */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (r == NULL) return MHD_NO;
+        const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        char allow[32];
+        snprintf(allow, sizeof(allow), "%s, OPTIONS", routes[route].method);
+        MHD_add_response_header(r, "Allow", allow);
+        if (origin_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"))) {
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", want ? want : "*");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+        }
+        add_cors(s, c, r);
+        enum MHD_Result ret = MHD_queue_response(c, 204, r);
+        MHD_destroy_response(r);
+        metrics_count_request(&s->m, endpoint, 204);
+        return ret;
+    }
     if (strcmp(method, routes[route].method) != 0) {
         api_fail(&e, 405, "method_not_allowed", "%s takes %s", endpoint, routes[route].method);
         return respond(s, c, endpoint, 405, api_error_body(&e), "application/json",
@@ -1474,6 +1525,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         }
         MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+        add_cors(s, c, r);
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return ret;

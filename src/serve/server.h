@@ -33,6 +33,8 @@ typedef struct server_config {
     bool reasoning_off;        /* --reasoning-format none: chat replies keep their
                                   reasoning in `content` unless a request asks */
     const char *bos, *eos;     /* texts for the template; borrowed, may be NULL */
+    const char *allowed_origins; /* CORS: NULL or "*": any page's origin; "none": no CORS
+                                    headers; else a comma-separated list of origins */
 } server_config;
 
 typedef struct server server;

@@ -1528,9 +1528,56 @@ static void test_model_names(void **state)
     srv_stop(&s);
 }
 
+/* CORS: a preflight is answered without the key (the methods, the headers
+ * asked for), every answer to a page's Origin echoes it, and
+ * --allowed-origins limits which origins get that. */
+static void test_cors(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, 1, 1, 8, "--api-key", "k3", NULL);
+    char *h = NULL;
+    assert_int_equal(status_of(&s, "OPTIONS", "/v1/chat/completions", NULL,
+                               "Origin: http://page.example\r\nAccess-Control-Request-Method: POST\r\n"
+                               "Access-Control-Request-Headers: content-type,authorization\r\n",
+                               &h),
+                     204);
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Origin: http://page.example"));
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Methods: POST, OPTIONS"));
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Headers: content-type,authorization"));
+    free(h);
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "Origin: http://page.example\r\nx-api-key: k3\r\n", &h),
+                     200);
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Origin: http://page.example"));
+    free(h);
+    /* an error too, so the page can read why */
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "Origin: http://page.example\r\n", &h), 401);
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Origin"));
+    free(h);
+    /* no Origin: no CORS headers */
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "x-api-key: k3\r\n", &h), 200);
+    assert_null(strcasestr(h, "Access-Control"));
+    free(h);
+    assert_int_equal(status_of(&s, "OPTIONS", "/nowhere", NULL, "Origin: http://page.example\r\n", NULL), 404);
+    srv_stop(&s);
+
+    srv_start(&s, 1, 1, 8, "--allowed-origins", "http://a.example,http://b.example", NULL);
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "Origin: http://b.example\r\n", &h), 200);
+    assert_non_null(strcasestr(h, "Access-Control-Allow-Origin: http://b.example"));
+    free(h);
+    assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "Origin: http://c.example\r\n", &h), 200);
+    assert_null(strcasestr(h, "Access-Control"));
+    free(h);
+    assert_int_equal(status_of(&s, "OPTIONS", "/v1/models", NULL, "Origin: http://c.example\r\n", &h), 204);
+    assert_null(strcasestr(h, "Access-Control"));
+    free(h);
+    srv_stop(&s);
+}
+
 ST_MODEL_TEST(test_metrics_kv_per_replica)
 ST_MODEL_TEST(test_props_and_aliases)
 ST_MODEL_TEST(test_model_names)
+ST_MODEL_TEST(test_cors)
 ST_MODEL_TEST(test_slots_view)
 ST_MODEL_TEST(test_ends_at_eos_and_length)
 ST_MODEL_TEST(test_stream_with_usage)
@@ -1580,6 +1627,7 @@ int main(void)
         cmocka_unit_test_teardown(test_metrics_kv_per_replica_guard, kill_leftover),
         cmocka_unit_test_teardown(test_props_and_aliases_guard, kill_leftover),
         cmocka_unit_test_teardown(test_model_names_guard, kill_leftover),
+        cmocka_unit_test_teardown(test_cors_guard, kill_leftover),
         cmocka_unit_test_teardown(test_slots_view_guard, kill_leftover),
     };
     return cmocka_run_group_tests(tests, st_setup, st_teardown);
