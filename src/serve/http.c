@@ -1453,6 +1453,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(url, routes[i].path) == 0) route = (int)i;
     }
+    /* GET /v1/models/{id} (OpenAI's retrieve): the model under one of its names */
+    const char *model_id = NULL;
+    if (route < 0 && strncmp(url, "/v1/models/", 11) == 0 && url[11] != '\0') {
+        model_id = url + 11;
+        for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+            if (strcmp(routes[i].path, "/v1/models") == 0) route = (int)i; /* its method, key, label */
+        }
+    }
     if (route < 0) {
         api_fail(&e, 404, "not_found", "no route %.100s %.200s", method, url);
         return respond_error(s, c, "other", &e, 0);
@@ -1504,6 +1512,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                       "replicas", pi.n_replicas));
     case R_MODELS: {
         pool_get_info(s->p, &pi);
+        if (model_id != NULL) {
+            bool known = strcmp(model_id, s->cfg.model_name) == 0;
+            for (size_t i = 0; i < s->cfg.n_model_aliases && !known; i++) {
+                known = strcmp(model_id, s->cfg.model_aliases[i]) == 0;
+            }
+            if (!known) {
+                api_fail(&e, 404, "model_not_found", "the model `%.100s` does not exist; this server has `%.100s`",
+                         model_id, s->cfg.model_name);
+                return respond_error(s, c, endpoint, &e, 0);
+            }
+            return respond_json(s, c, endpoint, 200,
+                                json_pack("{s:s,s:s,s:I,s:s,s:{s:I}}", "id", model_id, "object", "model", "created",
+                                          (json_int_t)time(NULL), "owned_by", "strata", "meta", "n_ctx",
+                                          (json_int_t)pi.n_ctx));
+        }
         /* the served name, then its aliases: one model under each */
         json_t *data = json_array();
         for (size_t i = 0; i <= s->cfg.n_model_aliases; i++) {

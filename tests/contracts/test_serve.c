@@ -1525,6 +1525,11 @@ static void test_model_names(void **state)
         free(b);
     }
     assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "x-api-key: wrong\r\n", NULL), 401);
+    /* retrieved by any of its names */
+    assert_int_equal(status_of(&s, "GET", "/v1/models/stories", NULL, key, NULL), 200);
+    assert_int_equal(status_of(&s, "GET", "/v1/models/gpt-4o-mini", NULL, key, NULL), 200);
+    assert_int_equal(status_of(&s, "GET", "/v1/models/stories260K", NULL, key, NULL), 404);
+    assert_int_equal(status_of(&s, "GET", "/v1/models/stories", NULL, NULL, NULL), 401);
     srv_stop(&s);
 }
 

@@ -4,6 +4,7 @@
 // models and the metrics scrape.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
 import { MODEL_NAME, drain, skipReason, startServer } from './harness.mjs';
 
 const skip = skipReason();
@@ -51,6 +52,11 @@ describe('strata serve with the openai client', { skip: skip ?? false }, () => {
     const ids = [];
     for await (const m of list) ids.push(m.id);
     assert.deepEqual(ids, [MODEL_NAME]);
+    // and retrieved by name
+    const m = await client.models.retrieve(MODEL_NAME);
+    assert.equal(m.id, MODEL_NAME);
+    assert.equal(m.object, 'model');
+    await assert.rejects(client.models.retrieve('no-such-model'), (e) => e instanceof OpenAI.NotFoundError);
   });
 
   test('completion: text, finish_reason, usage, timings', async () => {
