@@ -95,12 +95,8 @@ static int add_message(json_t *m, size_t i, json_t *out, api_error *e)
 int anthropic_to_chat(const char *body, size_t len, bool count_only, char **out, api_error *e)
 {
     *out = NULL;
-    json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return api_fail(e, 400, "invalid_json", "the body must be a JSON object");
-    }
+    json_t *o = api_load_object(body, len, e);
+    if (o == NULL) return -1;
     json_t *c = json_object();
     json_t *msgs = json_array();
     json_object_set_new(c, "messages", msgs);
@@ -191,13 +187,7 @@ int anthropic_to_chat(const char *body, size_t len, bool count_only, char **out,
         json_object_set_new(c, "chat_template_kwargs",
                             json_pack("{s:b}", "enable_thinking", strcmp(th_type, "enabled") == 0));
     }
-    if (rc == 0 && json_is_true(json_object_get(o, "stream"))) {
-        json_object_set_new(c, "stream_options", json_pack("{s:b}", "include_usage", 1));
-    }
-    if (rc == 0) {
-        *out = json_dumps(c, JSON_COMPACT);
-        if (*out == NULL) rc = api_fail(e, 500, "out_of_memory", "out of memory");
-    }
+    if (rc == 0) rc = api_dump_chat(c, json_is_true(json_object_get(o, "stream")), out, e);
     json_decref(c);
     json_decref(o);
     return rc;

@@ -21,29 +21,39 @@ static const char k_chatml[] =
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/* The sequence a UTF-8 lead byte c starts: its length *n and the allowed
+ * range of its second byte; false for a byte no multi-byte sequence
+ * starts with (ASCII included). */
+static bool utf8_lead(unsigned c, size_t *n, unsigned *lo, unsigned *hi)
+{
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        *n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        *n = 3;
+        if (c == 0xE0) *lo = 0xA0; /* no overlong forms */
+        if (c == 0xED) *hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        *n = 4;
+        if (c == 0xF0) *lo = 0x90;
+        if (c == 0xF4) *hi = 0x8F; /* nothing past U+10FFFF */
+    } else {
+        return false;
+    }
+    return true;
+}
+
 /* Length of the valid UTF-8 sequence at s, of which avail bytes may be
  * read (avail >= 1), or 0 when the bytes there are not one (a stray
  * continuation, a truncated or overlong sequence, a surrogate, past
  * U+10FFFF). */
 static size_t utf8_seq_len(const unsigned char *s, size_t avail)
 {
-    unsigned c = s[0];
     size_t n;
-    unsigned lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n > avail || s[1] < lo || s[1] > hi) return 0;
+    unsigned lo, hi;
+    if (s[0] < 0x80) return 1;
+    if (!utf8_lead(s[0], &n, &lo, &hi) || n > avail || s[1] < lo || s[1] > hi) return 0;
     for (size_t i = 2; i < n; i++) {
         if (s[i] < 0x80 || s[i] > 0xBF) return 0;
     }
@@ -57,22 +67,9 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail)
  * llama-server's JSON writer follow. */
 static size_t utf8_bad_len(const unsigned char *s, size_t avail)
 {
-    unsigned c = s[0];
     size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 1;
-    }
-    if (avail < 2 || s[1] < lo || s[1] > hi) return 1;
+    unsigned lo, hi;
+    if (!utf8_lead(s[0], &n, &lo, &hi) || avail < 2 || s[1] < lo || s[1] > hi) return 1;
     size_t k = 2;
     while (k < n && k < avail && s[k] >= 0x80 && s[k] <= 0xBF) k++;
     return k;
@@ -2528,6 +2525,25 @@ json_t *api_native_body(const api_env *env, const api_gen *g, size_t index, api_
     if (c->probs != NULL) json_object_set_new(j, "completion_probabilities", c->probs);
     c->probs = NULL;
     return j;
+}
+
+json_t *api_load_object(const char *body, size_t len, api_error *e)
+{
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        api_fail(e, 400, "invalid_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+int api_dump_chat(json_t *chat, bool stream, char **out, api_error *e)
+{
+    if (stream) json_object_set_new(chat, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    *out = json_dumps(chat, JSON_COMPACT);
+    return *out != NULL ? 0 : api_fail(e, 500, "out_of_memory", "out of memory");
 }
 
 json_t *api_text_parts(json_t *content, const char *const *types, const char *where, api_error *e)

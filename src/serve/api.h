@@ -384,6 +384,12 @@ json_t *api_stream_tool_delta(const api_env *env, uint64_t serial, size_t index,
  * byte no sequence starts with) becomes one U+FFFD, as llama-server's JSON
  * writer and Hugging Face's decode(errors="replace") do. */
 json_t *api_text_json(const char *s, size_t n);
+/* For the APIs translated into chat bodies (anthropic.h, responses.h):
+ * a body that must be a JSON object (a new reference; NULL with a 400 in
+ * e), and the chat body `chat` dumped into *out (malloc'd), with the usage
+ * chunk asked for when it streams (the translations end on it). */
+json_t *api_load_object(const char *body, size_t len, api_error *e);
+int api_dump_chat(json_t *chat, bool stream, char **out, api_error *e);
 /* The text of a `content` that is a string, or an array of blocks
  * {"type": one of types (NULL-terminated), "text": string}, joined; a new
  * string reference, or NULL with e filled (400 naming where and the block). */

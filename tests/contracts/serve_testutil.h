@@ -178,6 +178,20 @@ static inline json_t *st_post_ok(const st_srv *s, const char *path, const char *
     return j;
 }
 
+/* body to path answers `status` with an error whose message holds needle. */
+static inline void st_expect_error(const st_srv *s, const char *path, const char *body, int status,
+                                   const char *needle)
+{
+    int got;
+    json_t *j = st_post(s, path, body, &got);
+    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    if (got != status || msg == NULL || strstr(msg, needle) == NULL) {
+        fail_msg("%s %s: status %d, message %s (want %d naming %s)", path, body, got, msg ? msg : "-", status,
+                 needle);
+    }
+    json_decref(j);
+}
+
 /* A streamed answer gathered: its text and its chunks' logprobs, joined the
  * way a client would (completion lists appended, chat content appended). */
 typedef struct st_gathered {

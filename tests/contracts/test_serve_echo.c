@@ -31,18 +31,6 @@ static json_t *choice_of(json_t *j, size_t i)
     return json_array_get(json_object_get(j, "choices"), i);
 }
 
-/* The 400 of body, whose message names `what`. */
-static void expect_400(const st_srv *s, const char *path, const char *body, const char *what)
-{
-    int status;
-    json_t *j = st_post(s, path, body, &status);
-    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-    if (status != 400 || msg == NULL || strstr(msg, what) == NULL) {
-        fail_msg("%s: status %d, message %s (want 400 naming %s)", body, status, msg ? msg : "-", what);
-    }
-    json_decref(j);
-}
-
 /* list[from..] of a completions logprobs object equals other's whole list
  * (the key's), JSON value for value. */
 static void assert_tail_equal(json_t *lp, json_t *other, const char *key, size_t from)
@@ -219,11 +207,11 @@ static void check_prompt_logprobs(const st_srv *s)
                      json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")));
     json_decref(j);
 
-    expect_400(s, "/v1/completions", "{\"prompt\":\"Once\",\"prompt_logprobs\":1,\"stream\":true}",
-               "`prompt_logprobs`");
-    expect_400(s, "/v1/completions", "{\"prompt\":\"Once\",\"prompt_logprobs\":21}", "`prompt_logprobs`");
-    expect_400(s, "/v1/chat/completions",
-               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"echo\":true}", "`echo`");
+    st_expect_error(s, "/v1/completions", "{\"prompt\":\"Once\",\"prompt_logprobs\":1,\"stream\":true}", 400,
+                    "`prompt_logprobs`");
+    st_expect_error(s, "/v1/completions", "{\"prompt\":\"Once\",\"prompt_logprobs\":21}", 400, "`prompt_logprobs`");
+    st_expect_error(s, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"echo\":true}",
+                    400, "`echo`");
 }
 
 /* Several prompts: prompt p's choice c is choice p * n + c, and equals
@@ -284,15 +272,15 @@ static void check_batch(const st_srv *s)
     assert_null(strstr(hr.body, "\"index\":3,"));
     http_response_free(&hr);
 
-    expect_400(s, "/v1/completions", "{\"prompt\":[\"Once\",[1,403]]}", "`prompt`");
-    expect_400(s, "/v1/completions", "{\"prompt\":[[1,403],[]]}", "`prompt[1]`");
-    expect_400(s, "/v1/completions", "{\"prompt\":[]}", "`prompt`");
+    st_expect_error(s, "/v1/completions", "{\"prompt\":[\"Once\",[1,403]]}", 400, "`prompt`");
+    st_expect_error(s, "/v1/completions", "{\"prompt\":[[1,403],[]]}", 400, "`prompt[1]`");
+    st_expect_error(s, "/v1/completions", "{\"prompt\":[]}", 400, "`prompt`");
     /* 1025 prompts of 2 choices: over the 2048 engine requests */
     sbuf big = {0};
     sbuf_append(&big, "{\"n\":2,\"prompt\":[", 17);
     for (int i = 0; i < 1025; i++) sbuf_append(&big, i ? ",\"a\"" : "\"a\"", i ? 4 : 3);
     sbuf_append(&big, "]}", 2);
-    expect_400(s, "/v1/completions", big.data, "at most 2048");
+    st_expect_error(s, "/v1/completions", big.data, 400, "at most 2048");
     sbuf_free(&big);
 }
 

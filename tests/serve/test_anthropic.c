@@ -14,41 +14,30 @@
 #include <cmocka.h>
 
 #include "serve/anthropic.h"
+#include "translate_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *chat_of(const char *body, bool count_only)
+static int full(const char *body, size_t len, char **out, api_error *e)
 {
-    char *out = NULL;
-    api_error e;
-    if (anthropic_to_chat(body, strlen(body), count_only, &out, &e) != 0) fail_msg("%s: %s", body, e.message);
-    json_t *j = json_loads(out, 0, NULL);
-    free(out);
-    assert_non_null(j);
-    return j;
+    return anthropic_to_chat(body, len, false, out, e);
+}
+
+static int count_only(const char *body, size_t len, char **out, api_error *e)
+{
+    return anthropic_to_chat(body, len, true, out, e);
+}
+
+static json_t *chat_of(const char *body, bool counting)
+{
+    return tt_chat_of(counting ? count_only : full, body);
 }
 
 static void refused(const char *body, const char *needle)
 {
-    char *out = NULL;
-    api_error e;
-    assert_int_equal(anthropic_to_chat(body, strlen(body), false, &out, &e), -1);
-    assert_null(out);
-    assert_int_equal(e.status, 400);
-    if (strstr(e.message, needle) == NULL) fail_msg("%s: \"%s\" lacks %s", body, e.message, needle);
-}
-
-static void assert_json(const json_t *got, const char *want_text)
-{
-    json_t *want = json_loads(want_text, 0, NULL);
-    assert_non_null(want);
-    if (!json_equal(got, want)) {
-        char *g = json_dumps(got, JSON_SORT_KEYS);
-        fail_msg("got %s\nwant %s", g, want_text);
-    }
-    json_decref(want);
+    tt_refused(full, body, needle);
 }
 
 static void test_request(void **state)
@@ -67,7 +56,7 @@ static void test_request(void **state)
                         "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true},"
                         "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
                         false);
-    assert_json(c, "{\"temperature\":0.5,\"top_k\":5,\"stream\":true,\"max_tokens\":64,"
+    tt_assert_json(c, "{\"temperature\":0.5,\"top_k\":5,\"stream\":true,\"max_tokens\":64,"
                    "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                    "{\"role\":\"user\",\"content\":\"Weather?\"},"
                    "{\"role\":\"assistant\",\"content\":\"Let me see.\",\"tool_calls\":[{\"id\":\"toolu_1\","
@@ -84,13 +73,13 @@ static void test_request(void **state)
     json_decref(c);
     /* tool_choice forms; count_tokens needs no max_tokens */
     c = chat_of("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}", true);
-    assert_json(json_object_get(c, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
+    tt_assert_json(json_object_get(c, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
     json_decref(c);
     c = chat_of("{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"none\"},"
                 "\"thinking\":{\"type\":\"disabled\"}}",
                 false);
     assert_string_equal(json_string_value(json_object_get(c, "tool_choice")), "none");
-    assert_json(json_object_get(c, "chat_template_kwargs"), "{\"enable_thinking\":false}");
+    tt_assert_json(json_object_get(c, "chat_template_kwargs"), "{\"enable_thinking\":false}");
     json_decref(c);
 
     refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "`max_tokens`");
@@ -123,7 +112,7 @@ static void test_response(void **state)
         "\"prompt_tokens_details\":{\"cached_tokens\":4}}}",
         0, NULL);
     json_t *a = anthropic_response(chat, 7, NULL);
-    assert_json(a, "{\"id\":\"msg_7\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\","
+    tt_assert_json(a, "{\"id\":\"msg_7\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\","
                    "\"content\":[{\"type\":\"thinking\",\"thinking\":\"think\",\"signature\":\"\"},"
                    "{\"type\":\"tool_use\",\"id\":\"abc123def\",\"name\":\"f\",\"input\":{\"a\":1}}],"
                    "\"stop_reason\":\"tool_use\",\"stop_sequence\":null,"
@@ -142,7 +131,7 @@ static void test_response(void **state)
         chat = json_loads(body, 0, NULL);
         a = anthropic_response(chat, 1, cases[i].stop);
         assert_string_equal(json_string_value(json_object_get(a, "stop_reason")), cases[i].reason);
-        assert_json(json_object_get(a, "content"), "[{\"type\":\"text\",\"text\":\"hi\"}]");
+        tt_assert_json(json_object_get(a, "content"), "[{\"type\":\"text\",\"text\":\"hi\"}]");
         if (cases[i].stop) assert_string_equal(json_string_value(json_object_get(a, "stop_sequence")), "END");
         json_decref(a);
         json_decref(chat);

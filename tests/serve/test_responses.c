@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "serve/responses.h"
+#include "translate_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,34 +22,12 @@
 
 static json_t *chat_of(const char *body)
 {
-    char *out = NULL;
-    api_error e;
-    if (responses_to_chat(body, strlen(body), &out, &e) != 0) fail_msg("%s: %s", body, e.message);
-    json_t *j = json_loads(out, 0, NULL);
-    free(out);
-    assert_non_null(j);
-    return j;
+    return tt_chat_of(responses_to_chat, body);
 }
 
 static void refused(const char *body, const char *needle)
 {
-    char *out = NULL;
-    api_error e;
-    assert_int_equal(responses_to_chat(body, strlen(body), &out, &e), -1);
-    assert_null(out);
-    assert_int_equal(e.status, 400);
-    if (strstr(e.message, needle) == NULL) fail_msg("%s: \"%s\" lacks %s", body, e.message, needle);
-}
-
-static void assert_json(const json_t *got, const char *want_text)
-{
-    json_t *want = json_loads(want_text, 0, NULL);
-    assert_non_null(want);
-    if (!json_equal(got, want)) {
-        char *g = json_dumps(got, JSON_SORT_KEYS);
-        fail_msg("got %s\nwant %s", g, want_text);
-    }
-    json_decref(want);
+    tt_refused(responses_to_chat, body, needle);
 }
 
 static void test_request(void **state)
@@ -70,7 +49,7 @@ static void test_request(void **state)
         "\"tool_choice\":\"required\",\"parallel_tool_calls\":true,\"reasoning\":{\"effort\":\"low\"},"
         "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"},\"strict\":true}},"
         "\"store\":true,\"include\":[\"reasoning.encrypted_content\"]}");
-    assert_json(c, "{\"model\":\"m\",\"temperature\":0,\"stream\":true,\"parallel_tool_calls\":true,\"max_tokens\":50,"
+    tt_assert_json(c, "{\"model\":\"m\",\"temperature\":0,\"stream\":true,\"parallel_tool_calls\":true,\"max_tokens\":50,"
                    "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                    "{\"role\":\"system\",\"content\":\"Use tools.\"},"
                    "{\"role\":\"user\",\"content\":\"Weather in Paris and Rome?\"},"
@@ -89,9 +68,9 @@ static void test_request(void **state)
                    "\"stream_options\":{\"include_usage\":true}}");
     json_decref(c);
     c = chat_of("{\"input\":\"hi\",\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},\"text\":{\"format\":{\"type\":\"json_object\"}}}");
-    assert_json(json_object_get(c, "messages"), "[{\"role\":\"user\",\"content\":\"hi\"}]");
-    assert_json(json_object_get(c, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
-    assert_json(json_object_get(c, "response_format"), "{\"type\":\"json_object\"}");
+    tt_assert_json(json_object_get(c, "messages"), "[{\"role\":\"user\",\"content\":\"hi\"}]");
+    tt_assert_json(json_object_get(c, "tool_choice"), "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
+    tt_assert_json(json_object_get(c, "response_format"), "{\"type\":\"json_object\"}");
     json_decref(c);
 
     refused("{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id");
@@ -121,13 +100,13 @@ static void test_response(void **state)
     assert_string_equal(json_string_value(json_object_get(r, "id")), "resp_7");
     assert_string_equal(json_string_value(json_object_get(r, "status")), "completed");
     assert_int_equal(json_integer_value(json_object_get(r, "created_at")), 123);
-    assert_json(json_object_get(r, "output"),
+    tt_assert_json(json_object_get(r, "output"),
                 "[{\"id\":\"rs_7\",\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"think\"}]},"
                 "{\"id\":\"msg_7\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\","
                 "\"content\":[{\"type\":\"output_text\",\"text\":\"ok\",\"annotations\":[],\"logprobs\":[]}]},"
                 "{\"id\":\"fc_7_0\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":\"abc\",\"name\":\"f\","
                 "\"arguments\":\"{}\"}]");
-    assert_json(json_object_get(r, "usage"), "{\"input_tokens\":10,\"input_tokens_details\":{\"cached_tokens\":4},"
+    tt_assert_json(json_object_get(r, "usage"), "{\"input_tokens\":10,\"input_tokens_details\":{\"cached_tokens\":4},"
                                              "\"output_tokens\":5,\"output_tokens_details\":{\"reasoning_tokens\":0},"
                                              "\"total_tokens\":15}");
     json_decref(r);
@@ -137,7 +116,7 @@ static void test_response(void **state)
                       0, NULL);
     r = responses_response(chat, 1);
     assert_string_equal(json_string_value(json_object_get(r, "status")), "incomplete");
-    assert_json(json_object_get(r, "incomplete_details"), "{\"reason\":\"max_output_tokens\"}");
+    tt_assert_json(json_object_get(r, "incomplete_details"), "{\"reason\":\"max_output_tokens\"}");
     json_decref(r);
     json_decref(chat);
 }
