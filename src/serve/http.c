@@ -1239,6 +1239,67 @@ static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *c
     return respond_json(s, c, endpoint, 200, out);
 }
 
+/* vLLM's /tokenize: {"prompt"} (with add_special_tokens, default true) or
+ * {"messages"} (the chat template applied, as a chat request renders it)
+ * into {"count", "max_model_len", "tokens"} and, with return_token_strs,
+ * each token's text. */
+static enum MHD_Result tokenize_vllm(server *s, struct MHD_Connection *c, hctx *h, json_t *o)
+{
+    const char *endpoint = "/tokenize";
+    api_error e;
+    api_env env = make_env(s);
+    json_t *prompt = json_object_get(o, "prompt");
+    json_t *ret_strs = json_object_get(o, "return_token_strs");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    api_gen g = {0};
+    bool have_g = false;
+    if (json_is_string(prompt)) {
+        json_t *add = json_object_get(o, "add_special_tokens");
+        strata_err err;
+        if (tok_tokenize_alloc(s->cfg.voc, json_string_value(prompt), json_string_length(prompt),
+                               add == NULL || json_is_true(add), true, &ids, &n, &err) != 0) {
+            api_fail(&e, 400, "invalid_value", "cannot tokenize: %s", err.msg);
+            json_decref(o);
+            return respond_error(s, c, endpoint, &e, 0);
+        }
+    } else {
+        /* messages: rendered and tokenized as the chat endpoint does */
+        env.n_ctx = 0; /* a count, not a request: no context check */
+        if (api_parse_gen(&env, API_CHAT, h->body.data, h->body.len, &g, &e) != 0) {
+            json_decref(o);
+            return respond_error(s, c, endpoint, &e, 0);
+        }
+        have_g = true;
+        ids = g.prompt;
+        n = g.n_prompt;
+    }
+    json_t *toks = json_array(), *strs = json_is_true(ret_strs) ? json_array() : NULL;
+    char *piece = strs != NULL ? malloc(TOK_MAX_PIECE_BYTES) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(toks, json_integer(ids[i]));
+        size_t np = 0;
+        if (piece != NULL && tok_token_to_piece(s->cfg.voc, ids[i], true, piece, TOK_MAX_PIECE_BYTES, &np, NULL) == 0) {
+            json_array_append_new(strs, api_text_json(piece, np));
+        }
+    }
+    free(piece);
+    pool_info pi;
+    pool_get_info(s->p, &pi);
+    json_t *out = json_pack("{s:I,s:I,s:o}", "count", (json_int_t)n, "max_model_len", (json_int_t)pi.n_ctx, "tokens",
+                            toks);
+    if (out != NULL && strs != NULL) json_object_set_new(out, "token_strs", strs);
+    else json_decref(strs);
+    if (have_g) api_gen_free(&g);
+    else free(ids);
+    json_decref(o);
+    if (out == NULL) {
+        api_fail(&e, 500, "server_error", "out of memory");
+        return respond_error(s, c, endpoint, &e, 0);
+    }
+    return respond_json(s, c, endpoint, 200, out);
+}
+
 static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx *h, bool detok)
 {
     const char *endpoint = detok ? "/detokenize" : "/tokenize";
@@ -1249,6 +1310,11 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
         json_decref(o);
         api_fail(&e, 400, "invalid_json", "the body must be a JSON object");
         return respond_error(s, c, endpoint, &e, 0);
+    }
+    /* vLLM's fields rather than llama-server's `content` */
+    if (!detok && json_object_get(o, "content") == NULL &&
+        (json_object_get(o, "prompt") != NULL || json_object_get(o, "messages") != NULL)) {
+        return tokenize_vllm(s, c, h, o);
     }
     strata_err err;
     json_t *out = NULL;
@@ -1309,8 +1375,10 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, hctx
         } else if (tok_detokenize_alloc(s->cfg.voc, ids, n, 0, &text, &n_text, &err) != 0) {
             api_fail(&e, 400, "invalid_value", "cannot detokenize: %s", err.msg);
         } else {
-            /* a lone byte token is not UTF-8: U+FFFD, as in replies */
-            out = json_pack("{s:o}", "content", api_text_json(text, n_text));
+            /* a lone byte token is not UTF-8: U+FFFD, as in replies; under
+             * llama-server's key and vLLM's */
+            out = json_pack("{s:o,s:o}", "content", api_text_json(text, n_text), "prompt",
+                            api_text_json(text, n_text));
         }
         free(text);
         free(ids);

@@ -221,7 +221,9 @@ static void check_prompts(const st_srv *s)
 }
 
 /* llama-server's /tokenize with_pieces and /apply-template (the answers
- * llama-server gave for the same bodies on stories260K) */
+ * llama-server gave for the same bodies on stories260K); vLLM's /tokenize
+ * ({"prompt"} or {"messages"}: the count a chat request's prompt has) and
+ * /detokenize's `prompt` */
 static void check_tools(const st_srv *s)
 {
     json_t *j = st_post_ok(s, "/tokenize", "{\"content\":\"Once upon \xc3\xa1\",\"with_pieces\":true,\"add_special\":true}");
@@ -244,6 +246,29 @@ static void check_tools(const st_srv *s)
                                              "user\nMore<|im_end|>\n<|im_start|>assistant\n");
     json_decref(j);
     st_expect_error(s, "/apply-template", "{}", 400, "messages");
+    /* vLLM's /tokenize and /detokenize fields */
+    j = st_post_ok(s, "/tokenize", "{\"prompt\":\"Once upon\",\"return_token_strs\":true}");
+    want = json_loads("{\"count\":3,\"max_model_len\":0,\"tokens\":[1,403,407],"
+                      "\"token_strs\":[\"<s>\",\" Once\",\" upon\"]}", 0, NULL);
+    json_object_set(want, "max_model_len", json_object_get(j, "max_model_len"));
+    assert_true(json_integer_value(json_object_get(j, "max_model_len")) > 0);
+    assert_true(json_equal(j, want));
+    json_decref(want);
+    json_decref(j);
+    j = st_post_ok(s, "/tokenize", "{\"prompt\":\"Once upon\",\"add_special_tokens\":false}");
+    assert_int_equal(json_integer_value(json_object_get(j, "count")), 2);
+    json_decref(j);
+    const char *msgs = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1}";
+    j = st_post_ok(s, "/tokenize", msgs);
+    json_t *chat = st_post_ok(s, "/v1/chat/completions", msgs);
+    assert_int_equal(json_integer_value(json_object_get(j, "count")),
+                     json_integer_value(json_object_get(json_object_get(chat, "usage"), "prompt_tokens")));
+    json_decref(chat);
+    json_decref(j);
+    j = st_post_ok(s, "/detokenize", "{\"tokens\":[403,407]}");
+    assert_string_equal(str_of(j, "content"), " Once upon");
+    assert_string_equal(str_of(j, "prompt"), " Once upon");
+    json_decref(j);
 }
 
 static void test_server_native(void **state)
