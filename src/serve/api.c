@@ -164,6 +164,7 @@ void api_gen_free(api_gen *g)
     free(g->bad_len);
     free(g->grammar);
     free(g->rendered);
+    free(g->model);
     json_decref(g->tools);
     memset(g, 0, sizeof(*g));
 }
@@ -2042,6 +2043,10 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
         if (!known) {
             rc = api_fail(e, 404, "model_not_found", "the model `%.100s` does not exist; this server has `%.100s`",
                           json_string_value(model), env->model_name);
+            goto out;
+        }
+        if ((g->model = strdup(json_string_value(model))) == NULL) {
+            rc = api_fail(e, 500, "out_of_memory", "out of memory");
             goto out;
         }
     }

@@ -162,6 +162,8 @@ typedef struct api_gen {
                                        (reasoning.h); NONE: the reply is all content */
     bool reasoning_open;            /* the rendered prompt ends inside a THINK block */
     char *rendered;                 /* chat: the prompt the template rendered (malloc'd) */
+    char *model;                    /* the `model` asked for, one of the served names
+                                       (malloc'd; NULL: none given): answers carry it */
     size_t n_rendered;
 } api_gen;
 

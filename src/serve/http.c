@@ -1039,6 +1039,9 @@ static enum MHD_Result handle_gen(server *s, struct MHD_Connection *c, const cha
         free(gr);
         return respond_error(s, c, endpoint, &e, serial);
     }
+    /* answers name the model as it was asked for (an alias), as vLLM and
+     * llama-server do */
+    if (gr->g.model != NULL) gr->env.model_name = gr->g.model;
     if (gen_run_prepare(gr) != 0) {
         gen_run_free(gr);
         api_fail(&e, 500, "internal_error", "cannot set the request up");

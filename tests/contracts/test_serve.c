@@ -1496,9 +1496,10 @@ static void test_props_and_aliases(void **state)
     srv_stop(&s);
 }
 
-/* --alias / --served-model-name: the first is the name /v1/models reports
- * and answers carry, every one is taken in requests, the file's name no
- * more; a key in x-api-key (Anthropic's header) is taken too. */
+/* --alias / --served-model-name: the first is the name /v1/models lists
+ * first, every one is taken in requests (and the answer names the one
+ * asked for), the file's name no more; a key in x-api-key (Anthropic's
+ * header) is taken too. */
 static void test_model_names(void **state)
 {
     (void)state;
@@ -1520,8 +1521,15 @@ static void test_model_names(void **state)
         char more[64];
         snprintf(more, sizeof(more), "\"model\":\"%s\"", names[i]);
         char *b = completion_body(OP_NORMAL, 60 + i, 2, 0, 0, more);
-        int st = status_of(&s, "POST", "/v1/completions", b, key, NULL);
-        assert_int_equal(st, i < 2 ? 200 : 404);
+        assert_int_equal(http_do(s.port, "POST", "/v1/completions", b, key, &hr), 0);
+        assert_int_equal(hr.status, i < 2 ? 200 : 404);
+        if (i < 2) {
+            /* the answer names the model as it was asked for */
+            j = json_loads(hr.body, 0, NULL);
+            assert_string_equal(json_string_value(json_object_get(j, "model")), names[i]);
+            json_decref(j);
+        }
+        http_response_free(&hr);
         free(b);
     }
     assert_int_equal(status_of(&s, "GET", "/v1/models", NULL, "x-api-key: wrong\r\n", NULL), 401);
