@@ -2099,6 +2099,15 @@ static int64_t run_step(engine *e, proto_buf *out)
         }
         if (r->step_plp_n > 0) emit_plp(e, r, out);
         r->n_done += r->step_n;
+        if (!r->is_embed && r->msg.u.gen.progress && r->n_gen == 0) {
+            /* llama-server's return_progress: how far the prompt is */
+            int64_t done = r->n_done < r->n_prompt ? r->n_done : r->n_prompt;
+            proto_msg m = {.op = PROTO_OP_PROG, .has_id = true, .id = r->id};
+            m.u.prog = (proto_prog){.processed = done, .total = r->n_prompt,
+                                    .cached = r->n_cached < r->n_prompt ? r->n_cached : r->n_prompt,
+                                    .ms = t_end - r->t_prompt_start};
+            emit(out, &m);
+        }
         if (r->n_done < r->n_fill) continue;
         if (r->t_prompt_end < 0) r->t_prompt_end = t_end;
         if (r->is_embed) finish_embed(e, r, out);

@@ -25,7 +25,7 @@ static const char *const k_op_names[] = {
     [PROTO_OP_STOP] = "stop",    [PROTO_OP_PING] = "ping", [PROTO_OP_SHUTDOWN] = "shutdown",
     [PROTO_OP_READY] = "ready",  [PROTO_OP_TOK] = "tok",   [PROTO_OP_EMB] = "emb",
     [PROTO_OP_DONE] = "done",    [PROTO_OP_ERR] = "err",   [PROTO_OP_PONG] = "pong",
-    [PROTO_OP_PLP] = "plp",
+    [PROTO_OP_PLP] = "plp",      [PROTO_OP_PROG] = "prog",
 };
 
 const char *proto_op_name(proto_op op)
@@ -301,6 +301,7 @@ static void enc_gen(enc *e, json_t *o, const proto_gen *g)
         enc_set(e, o, "prompt_logprobs", enc_int(e, g->prompt_top));
     }
     if (g->no_cache) enc_set(e, o, "cache", enc_take(e, json_false()));
+    if (g->progress) enc_set(e, o, "progress", enc_take(e, json_true()));
     if (g->grammar != NULL) enc_set(e, o, "grammar", enc_take(e, json_string(g->grammar)));
     if (g->no_speculative) enc_set(e, o, "speculative", enc_take(e, json_false()));
     if (g->has_draft_max) enc_set(e, o, "draft_max", enc_int(e, g->draft_max));
@@ -502,6 +503,18 @@ int proto_encode(const proto_msg *m, proto_buf *out, strata_err *err)
     case PROTO_OP_READY: enc_ready(&e, o, &m->u.ready); break;
     case PROTO_OP_TOK: enc_tok(&e, o, &m->u.tok); break;
     case PROTO_OP_PLP: enc_plp(&e, o, &m->u.plp); break;
+    case PROTO_OP_PROG: {
+        const proto_prog *pg = &m->u.prog;
+        if (pg->processed < 0 || pg->total < 1 || pg->processed > pg->total || pg->cached < 0 ||
+            pg->cached > pg->total) {
+            e.bad = "prog";
+        }
+        enc_set(&e, o, "processed", enc_int(&e, pg->processed));
+        enc_set(&e, o, "total", enc_int(&e, pg->total));
+        enc_set(&e, o, "cached", enc_int(&e, pg->cached));
+        enc_set(&e, o, "ms", enc_real(&e, pg->ms, "prog.ms"));
+        break;
+    }
     case PROTO_OP_EMB: {
         json_t *a = enc_take(&e, json_array());
         for (size_t i = 0; i < m->u.emb.n && a != NULL; i++) {
@@ -907,6 +920,9 @@ static void dec_gen(dec *d, json_t *o, proto_gen *g)
         dec_fail(d, "prompt_logprobs must be a boolean or an integer in [0, %d]", PROTO_MAX_LOGPROBS);
     }
     g->no_cache = dec_cache_off(d, o);
+    v = json_object_get(o, "progress");
+    if (v != NULL && !json_is_null(v) && !json_is_boolean(v)) dec_fail(d, "progress must be true or false");
+    g->progress = json_is_true(v);
     v = json_object_get(o, "grammar");
     if (v != NULL && !json_is_null(v)) {
         if (!json_is_string(v)) {
@@ -1197,7 +1213,7 @@ static void dec_errmsg(dec *d, json_t *o, proto_errmsg *e)
 static proto_op op_from_name(const char *s, proto_dir dir)
 {
     proto_op first = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_GEN : PROTO_OP_READY;
-    proto_op last = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_SHUTDOWN : PROTO_OP_PLP;
+    proto_op last = dir == PROTO_DIR_TO_ENGINE ? PROTO_OP_SHUTDOWN : PROTO_OP_PROG;
     for (int op = (int)first; op <= (int)last; op++) {
         if (strcmp(s, k_op_names[op]) == 0) return (proto_op)op;
     }
@@ -1277,6 +1293,16 @@ int proto_decode(const char *line, size_t len, proto_dir dir, proto_msg *out, pr
         case PROTO_OP_READY: dec_ready(&d, root, &out->u.ready); break;
         case PROTO_OP_TOK: dec_tok(&d, root, &out->u.tok); break;
         case PROTO_OP_PLP: dec_plp(&d, root, &out->u.plp); break;
+        case PROTO_OP_PROG: {
+            proto_prog *pg = &out->u.prog;
+            dec_int(&d, root, "total", "total", true, 1, INT64_MAX, &pg->total, NULL);
+            dec_int(&d, root, "processed", "processed", true, 0, pg->total, &pg->processed, NULL);
+            dec_int(&d, root, "cached", "cached", true, 0, pg->total, &pg->cached, NULL);
+            json_t *ms = json_object_get(root, "ms");
+            if (!d.failed && (!json_is_number(ms) || json_number_value(ms) < 0)) dec_fail(&d, "ms must be a number >= 0");
+            else if (!d.failed) pg->ms = json_number_value(ms);
+            break;
+        }
         case PROTO_OP_EMB: dec_emb(&d, root, &out->u.emb); break;
         case PROTO_OP_DONE: dec_done(&d, root, &out->u.done); break;
         case PROTO_OP_ERR: dec_errmsg(&d, root, &out->u.err); break;

@@ -105,6 +105,9 @@
  *               logits are computed; its blocks are still left there), and
  *               its prompt is prefilled in chunks of at most
  *               PROTO_PLP_CHUNK tokens.
+ *   progress    optional boolean [false]: after each step that prefills
+ *               part of its prompt, a `prog` line says how far it is (for
+ *               llama-server's return_progress).
  *   cache       optional boolean [true]; false: this request neither takes
  *               its prompt's prefix from the engine's prefix cache nor
  *               leaves its blocks there (llama-server's cache_prompt:
@@ -213,6 +216,12 @@
  *   `top` as in `tok`. In prompt order, one or more lines, all before the
  *   request's first `tok` (or its `done`): prompt tokens 1 .. n-1 each
  *   exactly once, unless the request ends early (cancelled, an error).
+ * {"op":"prog","id":7,"processed":512,"total":2000,"cached":64,"ms":812.5}
+ *   Prompt progress, only when the gen asked (progress): after each step
+ *   that prefilled part of its prompt, the prompt tokens in the KV now
+ *   (cached ones included; at most total), the prompt's tokens, those the
+ *   prefix cache gave, and the milliseconds since its first prefill step.
+ *   Before its first `tok`.
  * {"op":"emb","id":8,"vector":[0.1,...]}
  *   The embedding: n_embd numbers, L2-normalised.
  * {"op":"done","id":7,"finish":"stop","stats":{"prompt_n":3,"cached_n":0,
@@ -356,6 +365,7 @@ typedef enum proto_op {
     PROTO_OP_ERR,
     PROTO_OP_PONG,
     PROTO_OP_PLP,
+    PROTO_OP_PROG,
 } proto_op;
 
 /* Which direction's ops a decoder accepts; an op of the other direction is
@@ -436,6 +446,7 @@ typedef struct proto_gen {
     bool prompt_logprobs;      /* `prompt_logprobs` given: the prompt's tokens' (`plp`) */
     int32_t prompt_top;        /* ... with their top N (0: none) */
     bool no_cache;             /* `cache`: false */
+    bool progress;             /* `progress`: true */
     char *grammar;             /* `grammar`: GBNF text (NUL-terminated, malloc'd); NULL: none */
     bool no_speculative;       /* `speculative`: false */
     bool has_draft_max;        /* `draft_max` is present */
@@ -492,6 +503,11 @@ typedef struct proto_plp {
     proto_logprob *logprobs;   /* (n), n >= 1 */
     size_t n;
 } proto_plp;
+
+typedef struct proto_prog {
+    int64_t processed, total, cached;
+    double ms;
+} proto_prog;
 
 typedef struct proto_emb {
     float *vector;             /* (n) */
@@ -550,6 +566,7 @@ typedef struct proto_msg {
         proto_errmsg err;
         proto_pong pong;
         proto_plp plp;
+        proto_prog prog;
     } u;
 } proto_msg;
 

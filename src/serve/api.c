@@ -259,6 +259,7 @@ int api_gen_copy_to(const api_gen *g, size_t i, sreq *r)
     r->gen.no_speculative = g->no_speculative;
     r->gen.has_draft_max = g->has_draft_max;
     r->gen.draft_max = g->draft_max;
+    r->gen.progress = g->progress && g->stream;
     size_t n_choices = g->n_choices > 0 ? g->n_choices : 1, n_prompt;
     const int32_t *prompt = api_gen_prompt(g, i / n_choices, &n_prompt);
     r->gen.tokens = copy_ids(prompt, n_prompt);
@@ -2165,6 +2166,7 @@ int api_parse_gen(const api_env *env, enum api_kind kind, const char *body, size
             s->seed = (uint64_t)seed;
         }
         if ((rc = get_bool(o, "stream", &g->stream, e)) != 0) goto out;
+        if ((rc = get_bool(o, "return_progress", &g->progress, e)) != 0) goto out;
         json_t *so = json_object_get(o, "stream_options");
         if (so != NULL && !json_is_null(so)) {
             if (!json_is_object(so)) {

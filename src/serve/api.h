@@ -135,6 +135,8 @@ typedef struct api_gen {
     proto_sampling sampling;        /* logit_bias malloc'd */
     int32_t logprobs;               /* -1: none; N >= 0: each token's and the top N */
     bool return_tokens;             /* native: llama-server's `return_tokens` */
+    bool progress;                  /* llama-server's `return_progress` (streamed only):
+                                       the prompt's progress in `prompt_progress` */
     bool echo;                      /* completions' `echo`: the prompt's text (and, with
                                        logprobs, its tokens') before the reply's */
     int32_t prompt_logprobs;        /* vLLM's `prompt_logprobs`: -1 none; N >= 0: each

@@ -219,6 +219,7 @@ typedef struct choice {
     bool echo_lp_sent;  /* echo with logprobs: the prompt tokens' went out */
     bool echo_sent;     /* streamed echo: the prompt's text went out */
     size_t ids_sent;    /* streamed /completion: the ids of r->toks[0..ids_sent) went out */
+    uint64_t prog_seen; /* return_progress: the `prog` lines of r taken */
     bool stopped_by_us; /* a stop string: `stop` sent, waiting for `done` */
     bool failed;        /* the handler failed (bad token from the engine): `stop` sent */
     char fail_msg[600];
@@ -378,6 +379,8 @@ static bool choice_take(gen_run *gr, size_t i)
     }
     c->seen += n_new;
     enum sreq_finish fin = r->finish;
+    /* a new `prog` is progress too when the stream reports it (stream_progress) */
+    bool prog_new = gr->g.stream && gr->g.progress && r->n_prog > c->prog_seen;
     pthread_mutex_unlock(&r->result_lock);
     size_t before = c->text.len;
     for (size_t k = 0; c->tg_ready && k < n_new && !c->tg.ended && !c->failed; k++) {
@@ -395,7 +398,7 @@ static bool choice_take(gen_run *gr, size_t i)
         c->stopped_by_us = true;
         pool_cancel(gr->s->p, r);
     }
-    if (fin == SREQ_FINISH_NONE) return c->text.len > before;
+    if (fin == SREQ_FINISH_NONE) return c->text.len > before || prog_new;
     strata_err err;
     if (c->tg_ready && !c->failed) textgen_finish(&c->tg, &c->text, &err);
     c->ended = true;
@@ -834,6 +837,31 @@ static void stream_native_choice(stream_st *st, size_t i, bool failed)
     }
 }
 
+/* return_progress: a chunk with the prompt's progress (llama-server's
+ * `prompt_progress`: total, cache, processed, time_ms) when the engine
+ * said more since the last one. */
+static void stream_progress(stream_st *st, size_t i)
+{
+    gen_run *gr = st->gr;
+    choice *c = &gr->ch[i];
+    sreq *r = c->r;
+    pthread_mutex_lock(&r->result_lock);
+    bool fresh = r->n_prog > c->prog_seen;
+    proto_prog p = r->prog;
+    c->prog_seen = r->n_prog;
+    pthread_mutex_unlock(&r->result_lock);
+    if (!fresh) return;
+    json_t *j = api_is_native(gr->g.kind)
+                    ? api_native_chunk(i, "", 0, NULL, 0, 0, (int64_t)r->gen.n_tokens, NULL)
+                    : api_stream_chunk(&gr->env, gr->g.kind, gr->serial, i, "", 0, NULL, c->first, NULL);
+    if (j == NULL) return;
+    json_object_set_new(j, "prompt_progress",
+                        json_pack("{s:I,s:I,s:I,s:f}", "total", (json_int_t)p.total, "cache", (json_int_t)p.cached,
+                                  "processed", (json_int_t)p.processed, "time_ms", p.ms));
+    c->first = false;
+    sse(st, j);
+}
+
 /* Produces the next SSE events into st->out; false when the client left.
  * Each choice's chunks carry its index, in the order its text comes; each
  * choice gets its finish chunk (with its own timings) when it ends. */
@@ -854,6 +882,7 @@ static bool stream_produce(stream_st *st)
     bool failed = gen_error(gr, &e) != 0;
     for (size_t i = 0; i < gr->n_submitted; i++) {
         choice *c = &gr->ch[i];
+        if (gr->g.progress && !failed) stream_progress(st, i);
         if (api_is_native(gr->g.kind)) {
             stream_native_choice(st, i, failed);
             continue;

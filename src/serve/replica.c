@@ -228,6 +228,7 @@ static int handle_msg(replica *rep, uint64_t conn_gen, wire_msg *m, char *why, s
         switch (m->op) {
         case WIRE_TOK: sreq_push_tokens_lp(r, m->tokens, m->logprobs, m->n_tokens); break;
         case WIRE_PLP: sreq_push_prompt_lp(r, m->from, m->logprobs, m->n_tokens); break;
+        case WIRE_PROG: sreq_set_progress(r, m->prog); break;
         case WIRE_EMB: sreq_set_vector(r, m->vec, m->n_vec); break;
         case WIRE_DONE:
             pthread_mutex_lock(&r->result_lock);

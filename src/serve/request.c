@@ -128,6 +128,17 @@ int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n)
     return sreq_push_tokens_lp(r, ids, NULL, n);
 }
 
+void sreq_set_progress(sreq *r, const proto_prog *p)
+{
+    pthread_mutex_lock(&r->result_lock);
+    if (r->finish == SREQ_FINISH_NONE) {
+        r->prog = *p;
+        r->n_prog++;
+    }
+    pthread_mutex_unlock(&r->result_lock);
+    waker_signal(r->waker);
+}
+
 bool sreq_plp_fits(const sreq *r, int64_t from, const proto_logprob *lps, size_t n)
 {
     if (r->embed || !r->gen.prompt_logprobs || from < 1 || n == 0 ||

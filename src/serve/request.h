@@ -81,6 +81,8 @@ typedef struct sreq {
     int32_t *toks;     /* every generated id so far, in order */
     size_t n_toks, cap_toks;
     proto_logprob *lps; /* gen.logprobs >= 0: one per id of toks (each `top` malloc'd); else NULL */
+    proto_prog prog;   /* gen.progress: the engine's last `prog` */
+    uint64_t n_prog;   /* `prog` lines taken (0: none yet) */
     proto_logprob *plps; /* gen.prompt_logprobs: (gen.n_tokens), plps[i] prompt token i's
                             (logprob NAN until it came; [0] never does; `top` malloc'd);
                             NULL before the first `plp` */
@@ -112,6 +114,8 @@ int sreq_push_tokens(sreq *r, const int32_t *ids, size_t n);
  * are copied when the request asked for logprobs (gen.logprobs >= 0), and
  * an id that came without one gets logprob NAN. */
 int sreq_push_tokens_lp(sreq *r, const int32_t *ids, const proto_logprob *lps, size_t n);
+/* Stores the prompt's progress (a `prog`) and wakes the waiter. */
+void sreq_set_progress(sreq *r, const proto_prog *p);
 /* Stores prompt logprobs lps[0..n) of prompt positions from .. from+n-1
  * (copied). The caller checked that r asked for them and that they name
  * its prompt's tokens (sreq_plp_fits). */

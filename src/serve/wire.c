@@ -41,6 +41,10 @@ int wire_decode(const char *line, size_t len, wire_msg *m, strata_err *err)
         m->logprobs = pm->u.plp.logprobs;
         m->n_tokens = pm->u.plp.n;
         break;
+    case PROTO_OP_PROG:
+        m->op = WIRE_PROG;
+        m->prog = &pm->u.prog;
+        break;
     case PROTO_OP_EMB:
         m->op = WIRE_EMB;
         m->vec = pm->u.emb.vector;

@@ -20,6 +20,7 @@ enum wire_op {
     WIRE_ERR,
     WIRE_PONG,
     WIRE_PLP,
+    WIRE_PROG,
 };
 
 typedef struct wire_msg {
@@ -32,6 +33,7 @@ typedef struct wire_msg {
     const proto_logprob *logprobs; /* tok: (n_tokens) when the engine sent them, else NULL;
                                       plp: (n_tokens) prompt logprobs from prompt position from */
     int64_t from;            /* plp */
+    const proto_prog *prog;  /* prog */
     const float *vec;        /* emb */
     size_t n_vec;
     enum sreq_finish finish; /* done */

@@ -271,6 +271,69 @@ static void check_tools(const st_srv *s)
     json_decref(j);
 }
 
+/* llama-server's return_progress: streamed chunks with `prompt_progress`
+ * before the text, the last one the whole prompt; the text the same as
+ * without it. */
+static void check_progress(const st_srv *s)
+{
+    static const char *const bodies[][2] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],"
+                                 "\"max_tokens\":6,\"temperature\":0,\"stream\":true%s}"},
+        {"/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":6,\"temperature\":0,\"stream\":true%s}"},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        sbuf text[2] = {{0}, {0}};
+        for (int with = 0; with < 2; with++) {
+            char body[512];
+            snprintf(body, sizeof(body), bodies[k][1], with ? ",\"return_progress\":true" : "");
+            http_response hr;
+            assert_int_equal(http_do(s->port, "POST", bodies[k][0], body, NULL, &hr), 0);
+            assert_int_equal(hr.status, 200);
+            int n_prog = 0;
+            bool text_seen = false;
+            json_t *last = NULL;
+            for (const char *p = hr.body; (p = strstr(p, "data: ")) != NULL;) {
+                p += 6;
+                const char *end = strstr(p, "\n\n");
+                if (strncmp(p, "[DONE]", 6) == 0) break;
+                json_t *ev = json_loadb(p, (size_t)(end - p), 0, NULL);
+                assert_non_null(ev);
+                json_t *pp = json_object_get(ev, "prompt_progress");
+                const char *t = k == 0 ? json_string_value(json_object_get(json_object_get(json_array_get(
+                                             json_object_get(ev, "choices"), 0), "delta"), "content"))
+                                       : json_string_value(json_object_get(ev, "content"));
+                if (pp != NULL) {
+                    assert_false(text_seen);
+                    n_prog++;
+                    json_decref(last);
+                    last = json_incref(pp);
+                }
+                if (t != NULL && t[0] != '\0') {
+                    text_seen = true;
+                    sbuf_append(&text[with], t, strlen(t));
+                }
+                json_decref(ev);
+                p = end;
+            }
+            http_response_free(&hr);
+            if (!with) {
+                assert_int_equal(n_prog, 0);
+                continue;
+            }
+            assert_true(n_prog >= 1);
+            json_int_t total = json_integer_value(json_object_get(last, "total"));
+            assert_true(total > 0);
+            assert_int_equal(json_integer_value(json_object_get(last, "processed")), total);
+            assert_true(json_is_number(json_object_get(last, "time_ms")));
+            assert_true(json_integer_value(json_object_get(last, "cache")) <= total);
+            json_decref(last);
+        }
+        assert_string_equal(text[1].data, text[0].data);
+        sbuf_free(&text[0]);
+        sbuf_free(&text[1]);
+    }
+}
+
 static void test_server_native(void **state)
 {
     (void)state;
@@ -280,6 +343,7 @@ static void test_server_native(void **state)
     check_stops(&s);
     check_prompts(&s);
     check_tools(&s);
+    check_progress(&s);
     st_real_stop(&s);
 }
 

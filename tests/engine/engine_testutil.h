@@ -39,6 +39,9 @@ typedef struct et_rec {
     size_t n_plp, cap_plp;
     int n_plp_msgs;
     bool plp_bad;            /* a `plp` out of order, or after a `tok` */
+    int n_prog;              /* `prog` lines */
+    proto_prog last_prog;
+    bool prog_bad;           /* a `prog` after a `tok`, or going back */
 } et_rec;
 
 typedef struct et_collect {
@@ -123,6 +126,11 @@ static inline void et_collect_line(et_collect *c, const char *line, size_t len)
                 r->plp[r->n_plp++] = m.u.plp.logprobs[i];
                 m.u.plp.logprobs[i].top = NULL; /* moved */
             }
+            break;
+        case PROTO_OP_PROG:
+            if (r->n_tok > 0 || (r->n_prog > 0 && m.u.prog.processed < r->last_prog.processed)) r->prog_bad = true;
+            r->n_prog++;
+            r->last_prog = m.u.prog;
             break;
         case PROTO_OP_EMB:
             free(r->emb);

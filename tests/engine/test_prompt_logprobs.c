@@ -13,7 +13,8 @@
  *   first `tok`; a one-token prompt gets none; max_tokens 0 ends after
  *   them;
  * - a request preempted in the middle of its prompt reports each token
- *   once and the same figures as alone. */
+ *   once and the same figures as alone;
+ * - gen `progress` (llama-server's return_progress): `prog` lines. */
 #include "engine/engine.h"
 #include "engine/protocol.h"
 #include "model/model.h"
@@ -371,6 +372,48 @@ static void test_preempted_mid_prompt(void **state)
     model_close(m);
 }
 
+/* gen `progress`: a `prog` after each step that prefilled part of the
+ * prompt, growing to the whole prompt, all before the first token; the
+ * cached part counted; none without it. */
+static void test_progress(void **state)
+{
+    (void)state;
+    model *m = open_model(STORIES);
+    enum { N = 70 };
+    int32_t toks[N];
+    prompt_of(toks, N, 21);
+    engine_params p = {.n_slots = 2, .n_ctx = 512, .n_batch = 16, .n_threads = 1};
+    et_fixture f;
+    et_open(&f, m, &p);
+    static char line[1 << 14];
+    et_gen_line(line, sizeof(line), 1, toks, N, 3, 0.0, -1, "\"progress\":true");
+    et_send(f.e, &f.out, f.c, line);
+    et_gen_line(line, sizeof(line), 2, toks, N, 3, 0.0, -1, NULL);
+    et_send(f.e, &f.out, f.c, line);
+    et_run(f.e, &f.out, f.c);
+    const et_rec *r = &f.c->recs[1];
+    et_assert_done(f.c, 1, PROTO_FINISH_LENGTH);
+    assert_false(r->prog_bad);
+    assert_true(r->n_prog >= N / 16);
+    assert_int_equal(r->last_prog.processed, N);
+    assert_int_equal(r->last_prog.total, N);
+    assert_int_equal(r->last_prog.cached, 0);
+    assert_true(r->last_prog.ms >= 0);
+    assert_int_equal(f.c->recs[2].n_prog, 0);
+    /* again: the prefix cache gives its full blocks, and says so */
+    et_gen_line(line, sizeof(line), 3, toks, N, 3, 0.0, -1, "\"progress\":true");
+    et_send(f.e, &f.out, f.c, line);
+    et_run(f.e, &f.out, f.c);
+    r = &f.c->recs[3];
+    assert_false(r->prog_bad);
+    assert_int_equal(r->last_prog.cached, r->stats.cached_n);
+    assert_true(r->stats.cached_n >= 32);
+    assert_int_equal(r->last_prog.processed, N);
+    for (size_t i = 0; i < 3; i++) assert_int_equal(r->toks[i], f.c->recs[1].toks[i]);
+    et_close(&f);
+    model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_golden_llama_q8_0),
         cmocka_unit_test(test_invariant),
         cmocka_unit_test(test_preempted_mid_prompt),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

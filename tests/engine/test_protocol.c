@@ -92,6 +92,7 @@ static void test_gen_roundtrip(void **state)
     m.u.gen.logprobs = 5;
     m.u.gen.prompt_logprobs = true;
     m.u.gen.prompt_top = 4;
+    m.u.gen.progress = true;
     int32_t min_bans[2] = {11, 12};
     m.u.gen.min_bans = min_bans;
     m.u.gen.n_min_bans = 2;
@@ -139,6 +140,7 @@ static void test_gen_roundtrip(void **state)
     assert_int_equal(r.u.gen.logprobs, 5);
     assert_true(r.u.gen.prompt_logprobs);
     assert_int_equal(r.u.gen.prompt_top, 4);
+    assert_true(r.u.gen.progress);
     assert_int_equal(r.u.gen.n_min_bans, 2);
     assert_int_equal(r.u.gen.min_bans[1], 12);
     assert_true(r.u.gen.no_cache);
@@ -296,6 +298,22 @@ static void test_other_messages_roundtrip(void **state)
     assert_true(r.u.tok.logprobs[1].logprob == -1e-7f);
     assert_int_equal(r.u.tok.logprobs[1].n_top, 0);
     proto_msg_free(&r);
+
+    /* prompt progress */
+    proto_msg prog = {.op = PROTO_OP_PROG, .has_id = true, .id = 5,
+                      .u.prog = {.processed = 64, .total = 100, .cached = 32, .ms = 12.5}};
+    roundtrip(&prog, PROTO_DIR_TO_SERVER, &r, NULL);
+    assert_int_equal(r.u.prog.processed, 64);
+    assert_int_equal(r.u.prog.total, 100);
+    assert_int_equal(r.u.prog.cached, 32);
+    assert_true(r.u.prog.ms == 12.5);
+    proto_msg_free(&r);
+    assert_int_equal(decode_str("{\"op\":\"prog\",\"id\":5,\"processed\":101,\"total\":100,\"cached\":0,\"ms\":1}",
+                                PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+                     STRATA_EFORMAT);
+    assert_int_equal(decode_str("{\"op\":\"prog\",\"id\":5,\"processed\":1,\"total\":100,\"cached\":0}",
+                                PROTO_DIR_TO_SERVER, &r, &(proto_error){0}),
+                     STRATA_EFORMAT);
 
     /* prompt logprobs: from, rank; a plp without entries, from 0 or a bad
      * rank does not decode; the server's direction only */
